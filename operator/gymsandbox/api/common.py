@@ -1,0 +1,74 @@
+"""Pieces shared by the GymHost and EpisodeSandbox models."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from gymsandbox.api.conditions import FailureKind
+
+# A Kubernetes quantity such as "500m", "2", "1.5Gi" or "4G"; anything else (e.g. "1Gii") is refused.
+QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$"
+DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+# Relative, segments that do not start with "." (so no "." or ".."), no empty segment, no outer slashes.
+SUB_PATH_PATTERN = r"^[A-Za-z0-9_-][A-Za-z0-9._-]*(/[A-Za-z0-9_-][A-Za-z0-9._-]*)*$"
+MOUNT_PATH_PATTERN = r"^/([A-Za-z0-9._-]+/?)*$"
+ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+
+Quantity = Annotated[str, Field(pattern=QUANTITY_PATTERN, max_length=32)]
+DnsLabel = Annotated[str, Field(pattern=DNS_LABEL_PATTERN, min_length=1, max_length=63)]
+
+
+class Model(BaseModel):
+    """Frozen, camelCase on the wire, unknown fields refused (the API server prunes them before we see them)."""
+
+    model_config = ConfigDict(
+        frozen=True, alias_generator=to_camel, populate_by_name=True, extra="forbid", use_enum_values=True
+    )
+
+    def wire(self) -> dict[str, object]:
+        """The object as the API server stores it: camelCase keys, unset optionals left out."""
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+class Resources(Model):
+    """Requests equal limits: what is asked is what is given, so the scheduler and caps see the same numbers."""
+
+    cpu: Quantity = Field("1", description="CPU for the container, e.g. 500m or 2.")
+    memory: Quantity = Field("1Gi", description="Memory for the container, e.g. 512Mi or 4Gi.")
+    ephemeral_storage: Quantity = Field(
+        "1Gi", description="Scratch disk outside the mounted volumes; the pod is evicted past it."
+    )
+    gpu: int = Field(0, ge=0, le=16, description="Number of nvidia.com/gpu devices.")
+
+
+class Condition(Model):
+    """A metav1.Condition."""
+
+    type: str = Field(max_length=316, description="Condition type, e.g. Ready.")
+    status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
+    reason: str = Field(max_length=1024, description="CamelCase reason, a stable constant.")
+    message: str = Field("", max_length=32768, description="Human-readable detail.")
+    observed_generation: int = Field(0, ge=0, description="The .metadata.generation the condition was set from.")
+    last_transition_time: datetime = Field(description="When status last changed.")
+
+
+class Failure(Model):
+    """Why the object cannot become Ready, classified so trainers can mask infrastructure losses."""
+
+    kind: FailureKind = Field(description="Infrastructure, Workload or Policy.")
+    reason: str = Field(max_length=128, description="Same constant as the Ready condition's reason.")
+    message: str = Field("", max_length=4096, description="What happened.")
+    logs_tail: str | None = Field(None, max_length=8192, description="Last lines of the container log, if any.")
+
+
+class Lifetime(Model):
+    ttl_seconds: int | None = Field(
+        None, ge=1, le=31_536_000, description="Seconds after creation when the object expires. Unset: never."
+    )
+    expiry_policy: Literal["Delete", "Retain"] = Field(
+        "Delete", description="Delete removes the object at expiry; Retain removes only the pod and keeps the record."
+    )

@@ -1,0 +1,53 @@
+"""Condition types and reasons: every value a condition can carry is a named constant here."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class ConditionType(StrEnum):
+    ACCEPTED = "Accepted"  # the spec passed cluster policy
+    EGRESS_READY = "EgressReady"  # the NetworkPolicy encodes the resolved allowlist
+    POD_SCHEDULED = "PodScheduled"  # the pod is bound to a node of its runtime
+    READY = "Ready"  # summary: the host serves on status.endpoint
+
+
+class Reason(StrEnum):
+    # Accepted
+    ACCEPTED = "Accepted"
+    INVALID_SPEC = "InvalidSpec"
+    IMAGE_NOT_APPROVED = "ImageNotApproved"
+    UNKNOWN_RUNTIME = "UnknownRuntime"
+    TTL_OVER_CAP = "TTLOverCap"
+    RESOURCES_OVER_CAP = "ResourcesOverCap"
+    EGRESS_OVER_CAP = "EgressOverCap"
+    EGRESS_INVALID = "EgressInvalid"
+    EPISODES_OVER_CAP = "EpisodesOverCap"
+    # EgressReady
+    EGRESS_APPLIED = "EgressApplied"
+    DNS_RESOLUTION_FAILED = "DNSResolutionFailed"
+    # PodScheduled / Ready: progress
+    SCHEDULED = "Scheduled"
+    POD_PENDING = "PodPending"
+    POD_NOT_READY = "PodNotReady"
+    HOST_READY = "HostReady"
+    NOT_ACCEPTED = "NotAccepted"
+    EGRESS_NOT_READY = "EgressNotReady"
+    # Ready: failures
+    UNSCHEDULABLE = "Unschedulable"
+    RUNTIME_CLASS_NOT_FOUND = "RuntimeClassNotFound"
+    PVC_NOT_BOUND = "PersistentVolumeClaimNotBound"
+    IMAGE_PULL_BACK_OFF = "ImagePullBackOff"
+    CRASH_LOOP_BACK_OFF = "CrashLoopBackOff"
+    OOM_KILLED = "OOMKilled"
+    POD_FAILED = "PodFailed"
+    POD_LOST = "PodLost"
+    EXPIRED = "Expired"
+
+
+class FailureKind(StrEnum):
+    """Who is to blame, so a trainer can mask samples lost to infrastructure instead of scoring them zero."""
+
+    INFRASTRUCTURE = "Infrastructure"
+    WORKLOAD = "Workload"
+    POLICY = "Policy"

@@ -1,0 +1,251 @@
+"""GymHost: one isolated environment host per evaluation run. The model is the CRD's single source of truth."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+from pydantic import Field, model_validator
+
+from gymsandbox.api.common import (
+    DNS_LABEL_PATTERN,
+    ENV_NAME_PATTERN,
+    MOUNT_PATH_PATTERN,
+    SUB_PATH_PATTERN,
+    Condition,
+    DnsLabel,
+    Failure,
+    Lifetime,
+    Model,
+    Resources,
+)
+from gymsandbox.api.names import ENV_PREFIX_RESERVED
+
+# Container image reference: [registry[:port]/]path[:tag][@sha256:digest], lower-case path components.
+IMAGE_PATTERN = (
+    r"^([a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?(\.[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?)*(:[0-9]+)?/)?"
+    r"[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*(/[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*)*"
+    r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[a-f0-9]{64})?$"
+)
+_PORT = r"([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"
+_DNS_NAME = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+_IPV4 = r"[0-9]{1,3}(\.[0-9]{1,3}){3}(/[0-9]{1,2})?"
+_IPV6 = r"\[[0-9a-fA-F:.]+(/[0-9]{1,3})?\]"
+# host:port where host is a DNS name, an IPv4 address or CIDR, or a bracketed IPv6 address or CIDR.
+EGRESS_ENTRY_PATTERN = rf"^({_DNS_NAME}|{_IPV4}|{_IPV6}):{_PORT}$"
+# http(s)://host[:port][/path]; the host and port join the allowlist.
+MODEL_ENDPOINT_PATTERN = rf"^https?://({_DNS_NAME}|{_IPV4}|\[[0-9a-fA-F:.]+\])(:{_PORT})?(/[^\s]*)?$"
+# Variable names that look like they carry a credential belong in envFrom secret references.
+CREDENTIAL_NAME_PATTERN = r"(?i)(TOKEN|SECRET|PASSW(OR)?D|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIAL|AUTH)"
+
+EgressEntry = Annotated[str, Field(pattern=EGRESS_ENTRY_PATTERN, max_length=128)]
+ModelEndpoint = Annotated[str, Field(pattern=MODEL_ENDPOINT_PATTERN, max_length=256)]
+Image = Annotated[str, Field(pattern=IMAGE_PATTERN, min_length=1, max_length=512)]
+DnsSubdomain = Annotated[
+    str, Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$", max_length=253)
+]
+
+def _cel(rule: str, message: str, *, reason: str | None = None) -> dict[str, str]:
+    out = {"rule": rule, "message": message}
+    if reason:
+        out["reason"] = reason
+    return out
+
+
+class SubPathMount(Model):
+    sub_path: str = Field(
+        pattern=SUB_PATH_PATTERN,
+        max_length=253,
+        description="Directory inside the claim, relative, without '.' or '..' segments.",
+    )
+    mount_path: str = Field(pattern=MOUNT_PATH_PATTERN, max_length=253, description="Absolute path in the container.")
+
+
+class DatasetMount(SubPathMount):
+    claim_name: DnsSubdomain = Field(description="PersistentVolumeClaim holding the dataset (mounted read-only).")
+
+
+class Storage(Model):
+    model_config = {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                _cel(
+                    "self.environment.subPath != self.workspace.subPath"
+                    " && !self.workspace.subPath.startsWith(self.environment.subPath + '/')"
+                    " && !self.environment.subPath.startsWith(self.workspace.subPath + '/')",
+                    "environment.subPath and workspace.subPath must differ and neither may contain the other",
+                ),
+                _cel(
+                    "self.environment.mountPath != self.workspace.mountPath"
+                    " && (!has(self.dataset) || (self.dataset.mountPath != self.environment.mountPath"
+                    " && self.dataset.mountPath != self.workspace.mountPath))",
+                    "mountPaths must be distinct",
+                ),
+            ]
+        }
+    }
+
+    claim_name: DnsSubdomain = Field(description="PersistentVolumeClaim holding environment and workspace.")
+    environment: SubPathMount = Field(description="The Gym environment, mounted read-only.")
+    workspace: SubPathMount = Field(description="The run's scratch space, mounted read-write.")
+    dataset: DatasetMount | None = Field(None, description="Optional dataset from another claim, read-only.")
+
+    @model_validator(mode="after")
+    def _distinct(self) -> Storage:
+        env, ws = self.environment.sub_path, self.workspace.sub_path
+        if env == ws or ws.startswith(env + "/") or env.startswith(ws + "/"):
+            raise ValueError("environment.subPath and workspace.subPath must differ and neither may contain the other")
+        mounts = [self.environment.mount_path, self.workspace.mount_path]
+        if self.dataset:
+            mounts.append(self.dataset.mount_path)
+        if len(set(mounts)) != len(mounts):
+            raise ValueError("mountPaths must be distinct")
+        return self
+
+
+class Egress(Model):
+    allow: list[EgressEntry] = Field(
+        default_factory=list,
+        max_length=64,
+        description="host:port entries (DNS name, IP, CIDR, or [IPv6]) the host may reach. Everything else is"
+        " denied except DNS and the broker.",
+    )
+    model_endpoints: list[ModelEndpoint] = Field(
+        default_factory=list,
+        max_length=16,
+        description="Base URLs of model servers; each becomes a host:port allow entry (port from the scheme"
+        " when absent).",
+    )
+
+
+class EnvVar(Model):
+    model_config = {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                _cel(
+                    f"!self.name.matches('{CREDENTIAL_NAME_PATTERN}')",
+                    "this name looks like a credential: pass credentials with envFrom secret references",
+                ),
+                _cel(
+                    f"!self.name.startsWith('{ENV_PREFIX_RESERVED}')",
+                    f"names starting with {ENV_PREFIX_RESERVED} are reserved for the operator",
+                ),
+            ]
+        }
+    }
+
+    name: str = Field(pattern=ENV_NAME_PATTERN, max_length=128, description="Variable name.")
+    value: str = Field("", max_length=4096, description="Plain value; never a credential.")
+
+    @model_validator(mode="after")
+    def _not_a_credential(self) -> EnvVar:
+        import re
+
+        if re.search(CREDENTIAL_NAME_PATTERN, self.name):
+            raise ValueError(f"env {self.name}: looks like a credential; use envFrom secret references")
+        if self.name.startswith(ENV_PREFIX_RESERVED):
+            raise ValueError(f"env {self.name}: names starting with {ENV_PREFIX_RESERVED} are reserved")
+        return self
+
+
+class SecretReference(Model):
+    name: DnsSubdomain = Field(description="Secret in the same namespace.")
+
+
+class EnvFromSource(Model):
+    secret_ref: SecretReference = Field(description="Secret whose keys become variables (values never copied).")
+    prefix: str | None = Field(None, pattern=ENV_NAME_PATTERN, max_length=64, description="Prefix for each key.")
+
+
+class Episodes(Model):
+    model_config = {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                _cel("self.defaultTTLSeconds <= self.maxTTLSeconds", "defaultTTLSeconds must not exceed maxTTLSeconds")
+            ]
+        }
+    }
+
+    max_concurrent: int = Field(4, ge=1, le=1000, description="Episodes running at once; more wait in FIFO order.")
+    images: list[Image] = Field(
+        default_factory=list, max_length=32, description="Images episodes may use; each must be cluster-approved."
+    )
+    default_ttl_seconds: int = Field(600, ge=1, le=86_400, alias="defaultTTLSeconds", description="Default TTL.")
+    max_ttl_seconds: int = Field(3600, ge=1, le=86_400, alias="maxTTLSeconds", description="Longest TTL allowed.")
+    runtime: DnsLabel | None = Field(None, description="Runtime profile for episodes; defaults to the host's.")
+
+    @model_validator(mode="after")
+    def _ttl_order(self) -> Episodes:
+        if self.default_ttl_seconds > self.max_ttl_seconds:
+            raise ValueError("defaultTTLSeconds must not exceed maxTTLSeconds")
+        return self
+
+
+class GymHostSpec(Model):
+    model_config = {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                _cel("self.runtime == oldSelf.runtime", "runtime is immutable", reason="FieldValueForbidden"),
+                _cel("self.storage == oldSelf.storage", "storage is immutable", reason="FieldValueForbidden"),
+            ]
+        }
+    }
+
+    image: Image = Field(description="Container image of the Gym host; must be on the cluster's approved list.")
+    command: list[Annotated[str, Field(max_length=4096)]] | None = Field(
+        None, max_length=64, description="Entrypoint override."
+    )
+    args: list[Annotated[str, Field(max_length=4096)]] | None = Field(
+        None, max_length=256, description="Arguments to the entrypoint."
+    )
+    port: int = Field(8080, ge=1, le=65535, description="HTTP port the host serves on.")
+    readiness_path: str = Field(
+        "/health", pattern=r"^/[A-Za-z0-9._~/-]*$", max_length=256, description="HTTP GET path of the readiness probe."
+    )
+    runtime: str = Field(
+        pattern=DNS_LABEL_PATTERN,
+        max_length=63,
+        description="Runtime profile (e.g. kata, crun) mapped by cluster policy to a RuntimeClass. Immutable.",
+    )
+    storage: Storage = Field(description="Volume sub-paths for environment, workspace and dataset. Immutable.")
+    egress: Egress = Field(default_factory=Egress, description="Network allowlist; everything else is denied.")
+    env: list[EnvVar] = Field(default_factory=list, max_length=128, description="Plain environment variables.")
+    env_from: list[EnvFromSource] = Field(
+        default_factory=list, max_length=16, description="Secret references for credentials."
+    )
+    resources: Resources = Field(default_factory=Resources, description="Compute resources (requests = limits).")
+    lifetime: Lifetime = Field(default_factory=Lifetime, description="Time to live and what expiry does.")
+    episodes: Episodes = Field(default_factory=Episodes, description="Limits for this host's episode sandboxes.")
+
+    @model_validator(mode="after")
+    def _unique_env_names(self) -> GymHostSpec:
+        names = [e.name for e in self.env]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"env names must be unique: {', '.join(duplicates)}")
+        return self
+
+
+class ResolvedEgress(Model):
+    entry: str = Field(description="The allow entry as written (host:port).")
+    addresses: list[str] = Field(default_factory=list, description="CIDRs the entry resolved to at last check.")
+
+
+class EpisodeCounts(Model):
+    active: int = Field(0, ge=0, description="Episodes admitted and not yet closed.")
+    queued: int = Field(0, ge=0, description="Episodes waiting for capacity.")
+
+
+class GymHostStatus(Model):
+    observed_generation: int | None = Field(None, description="The generation the status was computed from.")
+    conditions: list[Condition] = Field(default_factory=list, description="Accepted, EgressReady, PodScheduled, Ready.")
+    endpoint: str | None = Field(None, description="http://service.namespace.svc:port once Ready.")
+    pod_name: str | None = Field(None, description="The host pod.")
+    pod_ip: str | None = Field(None, alias="podIP", description="The host pod's IP.")
+    lease_secret_name: str | None = Field(None, description="Secret holding the lease token.")
+    expires_at: datetime | None = Field(None, description="When lifetime.ttlSeconds runs out.")
+    resolved_egress: list[ResolvedEgress] = Field(
+        default_factory=list, description="Each allow entry and the addresses it resolved to."
+    )
+    episodes: EpisodeCounts | None = Field(None, description="Episode counts.")
+    failure: Failure | None = Field(None, description="Why the host is not Ready, classified.")

@@ -1,0 +1,25 @@
+"""Fixed names: API group, versions, labels, annotations and the finalizer."""
+
+from __future__ import annotations
+
+GROUP = "gymsandbox.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+CATEGORY = "gymsandbox"
+
+FINALIZER = f"{GROUP}/cleanup"
+
+# Labels the operator puts on every child; users may not set keys under the group prefix.
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY = "gymsandbox"
+LABEL_COMPONENT = "app.kubernetes.io/component"
+LABEL_HOST = f"{GROUP}/gymhost"
+LABEL_EPISODE = f"{GROUP}/episode"
+
+# Environment variables the operator injects into host pods; users may not define these names.
+ENV_PREFIX_RESERVED = "GYMSANDBOX_"
+ENV_BROKER_URL = "GYMSANDBOX_BROKER_URL"
+ENV_LEASE_TOKEN = "GYMSANDBOX_LEASE_TOKEN"  # noqa: S105 - the variable's name, not a secret
+
+# Key of the lease token inside the lease Secret.
+LEASE_TOKEN_KEY = "token"  # noqa: S105 - a key name
