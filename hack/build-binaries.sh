@@ -12,6 +12,9 @@ cache=${GYMSANDBOX_CACHE:-$HOME/.cache/gymsandbox}
 export GOMODCACHE="$cache/go/mod" GOCACHE="$cache/go/build"
 export CGO_ENABLED=0 GOFLAGS=-trimpath GOTOOLCHAIN=local GOPROXY=${GOPROXY:-https://proxy.golang.org}
 mkdir -p "$GOMODCACHE" "$GOCACHE"
+# One build at a time: a second caller waits here, then finds the binaries cached.
+exec 9>"$cache/.lock"
+flock 9
 
 log() { printf '[build-binaries %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 

@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
+from pydantic.config import JsonDict
 
 from gymsandbox.api.conditions import FailureKind
 
@@ -22,8 +23,21 @@ Quantity = Annotated[str, Field(pattern=QUANTITY_PATTERN, max_length=32)]
 DnsLabel = Annotated[str, Field(pattern=DNS_LABEL_PATTERN, min_length=1, max_length=63)]
 
 
+def list_map(*keys: str) -> JsonDict:
+    """Schema extension for a list whose items are identified by `keys`.
+
+    The API server then refuses two items with the same keys, and server-side apply merges items by them
+    instead of replacing the whole list.
+    """
+    return {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": list(keys)}
+
+
 class Model(BaseModel):
-    """Frozen, camelCase on the wire, unknown fields refused (the API server prunes them before we see them)."""
+    """Frozen, camelCase on the wire, unknown fields refused.
+
+    The API server prunes unknown fields before the operator sees an object; refusing them here catches
+    typos in code and tests.
+    """
 
     model_config = ConfigDict(
         frozen=True, alias_generator=to_camel, populate_by_name=True, extra="forbid", use_enum_values=True
@@ -35,7 +49,7 @@ class Model(BaseModel):
 
 
 class Resources(Model):
-    """Requests equal limits: what is asked is what is given, so the scheduler and caps see the same numbers."""
+    """Requests equal limits: what is asked is what is given, so scheduler and caps see the same numbers."""
 
     cpu: Quantity = Field("1", description="CPU for the container, e.g. 500m or 2.")
     memory: Quantity = Field("1Gi", description="Memory for the container, e.g. 512Mi or 4Gi.")
@@ -52,8 +66,14 @@ class Condition(Model):
     status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
     reason: str = Field(max_length=1024, description="CamelCase reason, a stable constant.")
     message: str = Field("", max_length=32768, description="Human-readable detail.")
-    observed_generation: int = Field(0, ge=0, description="The .metadata.generation the condition was set from.")
+    observed_generation: int = Field(
+        0, ge=0, description="The .metadata.generation the condition was set from."
+    )
     last_transition_time: datetime = Field(description="When status last changed.")
+
+
+# Status conditions, one per type: replaced by type, never appended (metav1.Condition conventions).
+Conditions = Annotated[list[Condition], Field(json_schema_extra=list_map("type"))]
 
 
 class Failure(Model):
@@ -62,7 +82,9 @@ class Failure(Model):
     kind: FailureKind = Field(description="Infrastructure, Workload or Policy.")
     reason: str = Field(max_length=128, description="Same constant as the Ready condition's reason.")
     message: str = Field("", max_length=4096, description="What happened.")
-    logs_tail: str | None = Field(None, max_length=8192, description="Last lines of the container log, if any.")
+    logs_tail: str | None = Field(
+        None, max_length=8192, description="Last lines of the container log, if any."
+    )
 
 
 class Lifetime(Model):
@@ -70,5 +92,6 @@ class Lifetime(Model):
         None, ge=1, le=31_536_000, description="Seconds after creation when the object expires. Unset: never."
     )
     expiry_policy: Literal["Delete", "Retain"] = Field(
-        "Delete", description="Delete removes the object at expiry; Retain removes only the pod and keeps the record."
+        "Delete",
+        description="Delete removes the object at expiry; Retain removes only the pod and keeps the record.",
     )

@@ -33,6 +33,7 @@ class Reason(StrEnum):
     HOST_READY = "HostReady"
     NOT_ACCEPTED = "NotAccepted"
     EGRESS_NOT_READY = "EgressNotReady"
+    POD_TERMINATING = "PodTerminating"
     # Ready: failures
     UNSCHEDULABLE = "Unschedulable"
     RUNTIME_CLASS_NOT_FOUND = "RuntimeClassNotFound"
@@ -40,6 +41,7 @@ class Reason(StrEnum):
     IMAGE_PULL_BACK_OFF = "ImagePullBackOff"
     CRASH_LOOP_BACK_OFF = "CrashLoopBackOff"
     OOM_KILLED = "OOMKilled"
+    CONTAINER_CONFIG_ERROR = "CreateContainerConfigError"
     POD_FAILED = "PodFailed"
     POD_LOST = "PodLost"
     EXPIRED = "Expired"

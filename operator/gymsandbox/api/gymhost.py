@@ -1,23 +1,26 @@
-"""GymHost: one isolated environment host per evaluation run. The model is the CRD's single source of truth."""
+"""GymHost: one isolated environment host per evaluation run. The model is the CRD's source of truth."""
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Annotated
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
+from pydantic.config import JsonDict
 
 from gymsandbox.api.common import (
     DNS_LABEL_PATTERN,
     ENV_NAME_PATTERN,
     MOUNT_PATH_PATTERN,
     SUB_PATH_PATTERN,
-    Condition,
+    Conditions,
     DnsLabel,
     Failure,
     Lifetime,
     Model,
     Resources,
+    list_map,
 )
 from gymsandbox.api.names import ENV_PREFIX_RESERVED
 
@@ -45,8 +48,9 @@ DnsSubdomain = Annotated[
     str, Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$", max_length=253)
 ]
 
-def _cel(rule: str, message: str, *, reason: str | None = None) -> dict[str, str]:
-    out = {"rule": rule, "message": message}
+
+def _cel(rule: str, message: str, *, reason: str | None = None) -> JsonDict:
+    out: JsonDict = {"rule": rule, "message": message}
     if reason:
         out["reason"] = reason
     return out
@@ -58,16 +62,20 @@ class SubPathMount(Model):
         max_length=253,
         description="Directory inside the claim, relative, without '.' or '..' segments.",
     )
-    mount_path: str = Field(pattern=MOUNT_PATH_PATTERN, max_length=253, description="Absolute path in the container.")
+    mount_path: str = Field(
+        pattern=MOUNT_PATH_PATTERN, max_length=253, description="Absolute path in the container."
+    )
 
 
 class DatasetMount(SubPathMount):
-    claim_name: DnsSubdomain = Field(description="PersistentVolumeClaim holding the dataset (mounted read-only).")
+    claim_name: DnsSubdomain = Field(
+        description="PersistentVolumeClaim holding the dataset (mounted read-only)."
+    )
 
 
 class Storage(Model):
-    model_config = {
-        "json_schema_extra": {
+    model_config = ConfigDict(
+        json_schema_extra={
             "x-kubernetes-validations": [
                 _cel(
                     "self.environment.subPath != self.workspace.subPath"
@@ -83,7 +91,7 @@ class Storage(Model):
                 ),
             ]
         }
-    }
+    )
 
     claim_name: DnsSubdomain = Field(description="PersistentVolumeClaim holding environment and workspace.")
     environment: SubPathMount = Field(description="The Gym environment, mounted read-only.")
@@ -94,7 +102,9 @@ class Storage(Model):
     def _distinct(self) -> Storage:
         env, ws = self.environment.sub_path, self.workspace.sub_path
         if env == ws or ws.startswith(env + "/") or env.startswith(ws + "/"):
-            raise ValueError("environment.subPath and workspace.subPath must differ and neither may contain the other")
+            raise ValueError(
+                "environment.subPath and workspace.subPath must differ and neither may contain the other"
+            )
         mounts = [self.environment.mount_path, self.workspace.mount_path]
         if self.dataset:
             mounts.append(self.dataset.mount_path)
@@ -119,8 +129,8 @@ class Egress(Model):
 
 
 class EnvVar(Model):
-    model_config = {
-        "json_schema_extra": {
+    model_config = ConfigDict(
+        json_schema_extra={
             "x-kubernetes-validations": [
                 _cel(
                     f"!self.name.matches('{CREDENTIAL_NAME_PATTERN}')",
@@ -132,15 +142,13 @@ class EnvVar(Model):
                 ),
             ]
         }
-    }
+    )
 
     name: str = Field(pattern=ENV_NAME_PATTERN, max_length=128, description="Variable name.")
     value: str = Field("", max_length=4096, description="Plain value; never a credential.")
 
     @model_validator(mode="after")
     def _not_a_credential(self) -> EnvVar:
-        import re
-
         if re.search(CREDENTIAL_NAME_PATTERN, self.name):
             raise ValueError(f"env {self.name}: looks like a credential; use envFrom secret references")
         if self.name.startswith(ENV_PREFIX_RESERVED):
@@ -153,26 +161,43 @@ class SecretReference(Model):
 
 
 class EnvFromSource(Model):
-    secret_ref: SecretReference = Field(description="Secret whose keys become variables (values never copied).")
-    prefix: str | None = Field(None, pattern=ENV_NAME_PATTERN, max_length=64, description="Prefix for each key.")
+    secret_ref: SecretReference = Field(
+        description="Secret whose keys become variables (values never copied)."
+    )
+    prefix: str | None = Field(
+        None, pattern=ENV_NAME_PATTERN, max_length=64, description="Prefix for each key."
+    )
 
 
 class Episodes(Model):
-    model_config = {
-        "json_schema_extra": {
+    model_config = ConfigDict(
+        json_schema_extra={
             "x-kubernetes-validations": [
-                _cel("self.defaultTTLSeconds <= self.maxTTLSeconds", "defaultTTLSeconds must not exceed maxTTLSeconds")
+                _cel(
+                    "self.defaultTTLSeconds <= self.maxTTLSeconds",
+                    "defaultTTLSeconds must not exceed maxTTLSeconds",
+                )
             ]
         }
-    }
-
-    max_concurrent: int = Field(4, ge=1, le=1000, description="Episodes running at once; more wait in FIFO order.")
-    images: list[Image] = Field(
-        default_factory=list, max_length=32, description="Images episodes may use; each must be cluster-approved."
     )
-    default_ttl_seconds: int = Field(600, ge=1, le=86_400, alias="defaultTTLSeconds", description="Default TTL.")
-    max_ttl_seconds: int = Field(3600, ge=1, le=86_400, alias="maxTTLSeconds", description="Longest TTL allowed.")
-    runtime: DnsLabel | None = Field(None, description="Runtime profile for episodes; defaults to the host's.")
+
+    max_concurrent: int = Field(
+        4, ge=1, le=1000, description="Episodes running at once; more wait in FIFO order."
+    )
+    images: list[Image] = Field(
+        default_factory=list,
+        max_length=32,
+        description="Images episodes may use; each must be cluster-approved.",
+    )
+    default_ttl_seconds: int = Field(
+        600, ge=1, le=86_400, alias="defaultTTLSeconds", description="Default TTL."
+    )
+    max_ttl_seconds: int = Field(
+        3600, ge=1, le=86_400, alias="maxTTLSeconds", description="Longest TTL allowed."
+    )
+    runtime: DnsLabel | None = Field(
+        None, description="Runtime profile for episodes; defaults to the host's."
+    )
 
     @model_validator(mode="after")
     def _ttl_order(self) -> Episodes:
@@ -182,16 +207,20 @@ class Episodes(Model):
 
 
 class GymHostSpec(Model):
-    model_config = {
-        "json_schema_extra": {
+    """What the evaluation asks for: image, runtime profile, storage, egress, environment and limits."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
             "x-kubernetes-validations": [
                 _cel("self.runtime == oldSelf.runtime", "runtime is immutable", reason="FieldValueForbidden"),
                 _cel("self.storage == oldSelf.storage", "storage is immutable", reason="FieldValueForbidden"),
             ]
         }
-    }
+    )
 
-    image: Image = Field(description="Container image of the Gym host; must be on the cluster's approved list.")
+    image: Image = Field(
+        description="Container image of the Gym host; must be on the cluster's approved list."
+    )
     command: list[Annotated[str, Field(max_length=4096)]] | None = Field(
         None, max_length=64, description="Entrypoint override."
     )
@@ -200,22 +229,39 @@ class GymHostSpec(Model):
     )
     port: int = Field(8080, ge=1, le=65535, description="HTTP port the host serves on.")
     readiness_path: str = Field(
-        "/health", pattern=r"^/[A-Za-z0-9._~/-]*$", max_length=256, description="HTTP GET path of the readiness probe."
+        "/health",
+        pattern=r"^/[A-Za-z0-9._~/-]*$",
+        max_length=256,
+        description="HTTP GET path of the readiness probe.",
     )
     runtime: str = Field(
         pattern=DNS_LABEL_PATTERN,
         max_length=63,
-        description="Runtime profile (e.g. kata, crun) mapped by cluster policy to a RuntimeClass. Immutable.",
+        description="Runtime profile (e.g. kata, crun) mapped by cluster policy to a RuntimeClass."
+        " Immutable.",
     )
-    storage: Storage = Field(description="Volume sub-paths for environment, workspace and dataset. Immutable.")
-    egress: Egress = Field(default_factory=Egress, description="Network allowlist; everything else is denied.")
-    env: list[EnvVar] = Field(default_factory=list, max_length=128, description="Plain environment variables.")
+    storage: Storage = Field(
+        description="Volume sub-paths for environment, workspace and dataset. Immutable."
+    )
+    egress: Egress = Field(
+        default_factory=Egress, description="Network allowlist; everything else is denied."
+    )
+    env: list[EnvVar] = Field(
+        default_factory=list,
+        max_length=128,
+        json_schema_extra=list_map("name"),
+        description="Plain environment variables, one per name.",
+    )
     env_from: list[EnvFromSource] = Field(
         default_factory=list, max_length=16, description="Secret references for credentials."
     )
-    resources: Resources = Field(default_factory=Resources, description="Compute resources (requests = limits).")
+    resources: Resources = Field(
+        default_factory=Resources, description="Compute resources (requests = limits)."
+    )
     lifetime: Lifetime = Field(default_factory=Lifetime, description="Time to live and what expiry does.")
-    episodes: Episodes = Field(default_factory=Episodes, description="Limits for this host's episode sandboxes.")
+    episodes: Episodes = Field(
+        default_factory=Episodes, description="Limits for this host's episode sandboxes."
+    )
 
     @model_validator(mode="after")
     def _unique_env_names(self) -> GymHostSpec:
@@ -228,7 +274,9 @@ class GymHostSpec(Model):
 
 class ResolvedEgress(Model):
     entry: str = Field(description="The allow entry as written (host:port).")
-    addresses: list[str] = Field(default_factory=list, description="CIDRs the entry resolved to at last check.")
+    addresses: list[str] = Field(
+        default_factory=list, description="CIDRs the entry resolved to at last check."
+    )
 
 
 class EpisodeCounts(Model):
@@ -237,8 +285,12 @@ class EpisodeCounts(Model):
 
 
 class GymHostStatus(Model):
+    """What the operator observed; written only by the operator."""
+
     observed_generation: int | None = Field(None, description="The generation the status was computed from.")
-    conditions: list[Condition] = Field(default_factory=list, description="Accepted, EgressReady, PodScheduled, Ready.")
+    conditions: Conditions = Field(
+        default_factory=list, description="Accepted, EgressReady, PodScheduled, Ready."
+    )
     endpoint: str | None = Field(None, description="http://service.namespace.svc:port once Ready.")
     pod_name: str | None = Field(None, description="The host pod.")
     pod_ip: str | None = Field(None, alias="podIP", description="The host pod's IP.")

@@ -1,0 +1,53 @@
+# gymsandbox: the two commands are `make run` and `make test`; everything else is a step they use.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+CLUSTER := $(PY) hack/cluster.py
+
+.PHONY: help venv binaries cluster-up cluster-down lint unit integration test run crds
+
+help: ## list targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	@touch $@
+
+venv: $(STAMP) ## create the virtualenv and install the project with its dev tools
+
+binaries: ## build the pinned control-plane binaries (cached under ~/.cache/gymsandbox)
+	hack/build-binaries.sh >/dev/null
+
+cluster-up: venv binaries ## start the local control plane (or reuse the running one); writes .cluster/kubeconfig
+	$(CLUSTER) up
+
+cluster-down: venv ## stop the local control plane and remove .cluster/
+	$(CLUSTER) down
+
+lint: venv ## ruff and mypy (strict)
+	$(VENV)/bin/ruff check operator tests hack bench
+	$(VENV)/bin/ruff format --check operator tests hack bench
+	$(VENV)/bin/mypy
+
+crds: venv ## regenerate crds/ from the models
+	$(VENV)/bin/gymsandbox crds --output-dir crds
+
+unit: venv ## unit tests only (no cluster)
+	$(VENV)/bin/pytest tests/unit
+
+integration: venv binaries ## integration tests (KUBECONFIG's cluster, else a local one started and stopped)
+	$(VENV)/bin/pytest -m integration tests/integration
+
+test: venv binaries lint ## everything CI runs: lint, unit and integration tests
+	$(VENV)/bin/pytest tests/unit tests/integration
+
+run: venv binaries ## the main job: the operator against KUBECONFIG's cluster, or a local one it starts
+	@if [ -z "$$KUBECONFIG" ]; then $(CLUSTER) up; export KUBECONFIG=$(CURDIR)/.cluster/kubeconfig; fi; \
+	echo "control plane is up: KUBECONFIG=$${KUBECONFIG:-$(CURDIR)/.cluster/kubeconfig}"; \
+	echo "the operator is not built yet (see the issues); stop the cluster with 'make cluster-down'"

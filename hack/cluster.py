@@ -1,0 +1,427 @@
+#!/usr/bin/env python3
+"""A real local Kubernetes control plane on 127.0.0.1: etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler and kwok (fake nodes), from the binaries hack/build-binaries.sh builds.
+
+    hack/cluster.py up      start (or reuse a running one); writes .cluster/kubeconfig
+    hack/cluster.py down    stop every process `up` started, by PID, and remove .cluster/
+    hack/cluster.py status  exit 0 when the recorded cluster is up and answering
+
+Standard library only, so it runs before the project's virtualenv exists.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+STATE_DIR = Path(os.environ.get("GYMSANDBOX_CLUSTER_DIR", ROOT / ".cluster"))
+HACK = ROOT / "hack"
+
+# Fake nodes: one per runtime, labelled so each RuntimeClass schedules onto its own node only.
+RUNTIME_LABEL = "gymsandbox.dev/runtime"
+NODES = {"kwok-kata-0": "kata", "kwok-crun-0": "crun"}
+RUNTIME_CLASSES = {"kata-qemu": "kata", "crun": "crun"}
+KWOK_STAGE_SETS = ["node/fast", "node/heartbeat-with-lease", "pod/fast"]
+
+
+def log(message: str) -> None:
+    print(f"[cluster {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class Paths:
+    root: Path
+
+    @property
+    def pki(self) -> Path:
+        return self.root / "pki"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.root / "kubeconfig"
+
+    @property
+    def state(self) -> Path:
+        return self.root / "state.json"
+
+
+def binaries() -> dict[str, Path]:
+    """Build (or find cached) binaries; returns tool name -> path."""
+    out = subprocess.run(
+        [str(HACK / "build-binaries.sh")], check=True, stdout=subprocess.PIPE, text=True
+    ).stdout
+    dirs = dict(line.split("=", 1) for line in out.split())
+    tools = {
+        "etcd": "etcd",
+        "kwok": "kwok",
+        "helm": "helm",
+        "kube-apiserver": "kubernetes",
+        "kube-controller-manager": "kubernetes",
+        "kube-scheduler": "kubernetes",
+        "kubectl": "kubernetes",
+    }
+    return {tool: Path(dirs[component]) / tool for tool, component in tools.items()}
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def openssl(*args: str) -> None:
+    subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+
+def make_pki(pki: Path) -> dict[str, str]:
+    """CA, serving cert, service-account key pair and bearer tokens. Returns tokens by user."""
+    pki.mkdir(parents=True, exist_ok=True)
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "365", "-subj", "/CN=gymsandbox-local-ca",
+            "-keyout", str(pki / "ca.key"), "-out", str(pki / "ca.crt"),
+            "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+    server_ext = pki / "server.ext"
+    server_ext.write_text(
+        "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
+        "extendedKeyUsage=serverAuth\n"
+        "subjectAltName=IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,"
+        "DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local\n"
+    )
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=kube-apiserver",
+            "-keyout", str(pki / "server.key"), "-out", str(pki / "server.csr"))
+    openssl("x509", "-req", "-in", str(pki / "server.csr"), "-CA", str(pki / "ca.crt"), "-CAkey",
+            str(pki / "ca.key"), "-CAcreateserial", "-days", "365", "-extfile", str(server_ext),
+            "-out", str(pki / "server.crt"))
+    openssl("genrsa", "-out", str(pki / "sa.key"), "2048")
+    openssl("rsa", "-in", str(pki / "sa.key"), "-pubout", "-out", str(pki / "sa.pub"))
+    users = {
+        "admin": ("admin", "system:masters"),
+        "kube-controller-manager": ("system:kube-controller-manager", ""),
+        "kube-scheduler": ("system:kube-scheduler", ""),
+        "kwok": ("kwok", "system:masters"),
+    }
+    tokens = {name: secrets.token_hex(24) for name in users}
+    lines = [f'{tokens[name]},{user},{user},"{groups}"' for name, (user, groups) in users.items()]
+    (pki / "tokens.csv").write_text("\n".join(lines) + "\n")
+    for path in pki.iterdir():
+        path.chmod(0o600)
+    return tokens
+
+
+def write_kubeconfig(path: Path, server: str, ca: Path, token: str, user: str) -> None:
+    ca_data = base64.b64encode(ca.read_bytes()).decode()
+    path.write_text(textwrap.dedent(f"""\
+        apiVersion: v1
+        kind: Config
+        clusters:
+        - name: gymsandbox-local
+          cluster:
+            server: {server}
+            certificate-authority-data: {ca_data}
+        users:
+        - name: {user}
+          user:
+            token: {token}
+        contexts:
+        - name: gymsandbox-local
+          context:
+            cluster: gymsandbox-local
+            user: {user}
+        current-context: gymsandbox-local
+        """))
+    path.chmod(0o600)
+
+
+def start(name: str, argv: list[str], logs: Path) -> int:
+    """Start a process in its own session (it outlives this script); returns its PID."""
+    log_file = (logs / f"{name}.log").open("ab")
+    proc = subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            start_new_session=True)
+    log(f"started {name} (pid {proc.pid})")
+    return proc.pid
+
+
+def wait_until(what: str, check: object, timeout: float, pids: dict[str, int]) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for name, pid in pids.items():
+            if not alive(pid):
+                raise RuntimeError(f"{name} (pid {pid}) exited while waiting for {what}; see its log")
+        if check():  # type: ignore[operator]
+            return
+        time.sleep(0.25)
+    raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is not alive; it only waits for its parent to reap it.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][0] != "Z"
+    except OSError:
+        return False
+
+
+def https_ok(url: str, ca: Path, token: str | None = None) -> bool:
+    ctx = ssl.create_default_context(cafile=str(ca))
+    request = urllib.request.Request(url)
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, context=ctx, timeout=2) as response:
+            return bool(response.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def kubectl(bins: dict[str, Path], kubeconfig: Path, *args: str, stdin: str | None = None) -> str:
+    result = subprocess.run([str(bins["kubectl"]), f"--kubeconfig={kubeconfig}", *args], input=stdin,
+                            capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise RuntimeError(f"kubectl {' '.join(args)} failed: {result.stderr.strip()}")
+    return result.stdout
+
+
+def kwok_stages(bins: dict[str, Path], paths: Paths) -> Path:
+    """Collect kwok's default stages for the sets we use into one multi-document file."""
+    stage_root = bins["kwok"].parent.parent / "stages"
+    documents = []
+    for stage_set in KWOK_STAGE_SETS:
+        for file in sorted((stage_root / stage_set).glob("*.yaml")):
+            if file.name != "kustomization.yaml":
+                documents.append(file.read_text())
+    target = paths.root / "kwok-stages.yaml"
+    target.write_text("\n---\n".join(documents))
+    return target
+
+
+def cluster_objects() -> str:
+    docs = []
+    for node, runtime in NODES.items():
+        docs.append(textwrap.dedent(f"""\
+            apiVersion: v1
+            kind: Node
+            metadata:
+              name: {node}
+              annotations:
+                kwok.x-k8s.io/node: fake
+              labels:
+                kubernetes.io/hostname: {node}
+                kubernetes.io/os: linux
+                kubernetes.io/arch: amd64
+                type: kwok
+                {RUNTIME_LABEL}: {runtime}
+            status:
+              allocatable: {{cpu: "32", memory: 128Gi, pods: "110", ephemeral-storage: 500Gi}}
+              capacity: {{cpu: "32", memory: 128Gi, pods: "110", ephemeral-storage: 500Gi}}
+            """))
+    for name, runtime in RUNTIME_CLASSES.items():
+        docs.append(textwrap.dedent(f"""\
+            apiVersion: node.k8s.io/v1
+            kind: RuntimeClass
+            metadata:
+              name: {name}
+            handler: {name}
+            scheduling:
+              nodeSelector:
+                {RUNTIME_LABEL}: {runtime}
+            """))
+    return "---\n".join(docs)
+
+
+def up(paths: Paths) -> None:
+    if status(paths):
+        log(f"reusing the running cluster; KUBECONFIG={paths.kubeconfig}")
+        return
+    down(paths, quiet=True)
+    bins = binaries()
+    paths.root.mkdir(parents=True, exist_ok=True)
+    paths.logs.mkdir(parents=True, exist_ok=True)
+    tokens = make_pki(paths.pki)
+    pki = paths.pki
+    ports = {name: free_port() for name in ("etcd", "etcd-peer", "apiserver", "kcm", "scheduler", "kwok")}
+    server = f"https://127.0.0.1:{ports['apiserver']}"
+    for component in ("kube-controller-manager", "kube-scheduler", "kwok"):
+        write_kubeconfig(paths.root / f"{component}.kubeconfig", server, pki / "ca.crt", tokens[component],
+                         component)
+    write_kubeconfig(paths.kubeconfig, server, pki / "ca.crt", tokens["admin"], "admin")
+    pids: dict[str, int] = {}
+    state = {"pids": pids, "ports": ports, "server": server}
+
+    def save() -> None:
+        paths.state.write_text(json.dumps(state, indent=2))
+
+    try:
+        pids["etcd"] = start("etcd", [
+            str(bins["etcd"]), "--name=local", f"--data-dir={paths.root / 'etcd'}",
+            f"--listen-client-urls=http://127.0.0.1:{ports['etcd']}",
+            f"--advertise-client-urls=http://127.0.0.1:{ports['etcd']}",
+            f"--listen-peer-urls=http://127.0.0.1:{ports['etcd-peer']}",
+            f"--initial-advertise-peer-urls=http://127.0.0.1:{ports['etcd-peer']}",
+            f"--initial-cluster=local=http://127.0.0.1:{ports['etcd-peer']}",
+            "--unsafe-no-fsync", "--log-level=warn",
+        ], paths.logs)
+        save()
+        wait_until("etcd", lambda: _http_ok(f"http://127.0.0.1:{ports['etcd']}/health"), 60, pids)
+        pids["kube-apiserver"] = start("kube-apiserver", [
+            str(bins["kube-apiserver"]),
+            f"--etcd-servers=http://127.0.0.1:{ports['etcd']}",
+            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={ports['apiserver']}",
+            f"--tls-cert-file={pki / 'server.crt'}", f"--tls-private-key-file={pki / 'server.key'}",
+            f"--client-ca-file={pki / 'ca.crt'}",
+            f"--token-auth-file={pki / 'tokens.csv'}",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={pki / 'sa.pub'}",
+            f"--service-account-signing-key-file={pki / 'sa.key'}",
+            "--authorization-mode=Node,RBAC", "--allow-privileged=true",
+            "--endpoint-reconciler-type=none", "--service-cluster-ip-range=10.0.0.0/24",
+            "--profiling=false", "--v=1",
+        ], paths.logs)
+        save()
+        wait_until("kube-apiserver /readyz", lambda: https_ok(f"{server}/readyz", pki / "ca.crt",
+                                                               tokens["admin"]), 120, pids)
+        pids["kube-controller-manager"] = start("kube-controller-manager", [
+            str(bins["kube-controller-manager"]),
+            f"--kubeconfig={paths.root / 'kube-controller-manager.kubeconfig'}",
+            f"--authentication-kubeconfig={paths.root / 'kube-controller-manager.kubeconfig'}",
+            f"--authorization-kubeconfig={paths.root / 'kube-controller-manager.kubeconfig'}",
+            "--leader-elect=false", "--bind-address=127.0.0.1", f"--secure-port={ports['kcm']}",
+            f"--service-account-private-key-file={pki / 'sa.key'}", f"--root-ca-file={pki / 'ca.crt'}",
+            "--use-service-account-credentials=true", "--profiling=false", "--v=1",
+        ], paths.logs)
+        pids["kube-scheduler"] = start("kube-scheduler", [
+            str(bins["kube-scheduler"]),
+            f"--kubeconfig={paths.root / 'kube-scheduler.kubeconfig'}",
+            f"--authentication-kubeconfig={paths.root / 'kube-scheduler.kubeconfig'}",
+            f"--authorization-kubeconfig={paths.root / 'kube-scheduler.kubeconfig'}",
+            "--leader-elect=false", "--bind-address=127.0.0.1", f"--secure-port={ports['scheduler']}",
+            "--profiling=false", "--v=1",
+        ], paths.logs)
+        pids["kwok"] = start("kwok", [
+            str(bins["kwok"]), f"--kubeconfig={paths.root / 'kwok.kubeconfig'}",
+            f"--config={kwok_stages(bins, paths)}",
+            "--manage-all-nodes=false", "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+            "--node-ip=127.0.0.1", "--node-lease-duration-seconds=40", "--cidr=10.244.0.0/16",
+            f"--server-address=127.0.0.1:{ports['kwok']}",
+        ], paths.logs)
+        save()
+        kubectl(bins, paths.kubeconfig, "apply", "-f", "-", stdin=cluster_objects())
+        wait_until("nodes Ready", lambda: _nodes_ready(bins, paths), 120, pids)
+        wait_until("service accounts", lambda: _default_sa_exists(bins, paths), 120, pids)
+    except BaseException:
+        log(f"start-up failed; logs are in {paths.logs}")
+        down(paths, quiet=True, keep_logs=True)
+        raise
+    log(f"cluster is up: {server}")
+    log(f"export KUBECONFIG={paths.kubeconfig}")
+
+
+def _http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:  # noqa: S310 - loopback http URL we built
+            return bool(response.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def _nodes_ready(bins: dict[str, Path], paths: Paths) -> bool:
+    out = kubectl(bins, paths.kubeconfig, "get", "nodes", "-o",
+                  'jsonpath={range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\\n"}{end}')
+    statuses = out.split()
+    return len(statuses) == len(NODES) and all(s == "True" for s in statuses)
+
+
+def _default_sa_exists(bins: dict[str, Path], paths: Paths) -> bool:
+    try:
+        kubectl(bins, paths.kubeconfig, "get", "serviceaccount", "default", "-n", "default")
+    except RuntimeError:
+        return False
+    return True
+
+
+def status(paths: Paths) -> bool:
+    if not paths.state.exists():
+        return False
+    state = json.loads(paths.state.read_text())
+    if not all(alive(pid) for pid in state["pids"].values()):
+        return False
+    token = _admin_token(paths)
+    return https_ok(f"{state['server']}/readyz", paths.pki / "ca.crt", token)
+
+
+def _admin_token(paths: Paths) -> str | None:
+    for line in paths.kubeconfig.read_text().splitlines():
+        if line.strip().startswith("token:"):
+            return line.split(":", 1)[1].strip()
+    return None
+
+
+def down(paths: Paths, *, quiet: bool = False, keep_logs: bool = False) -> None:
+    if paths.state.exists():
+        state = json.loads(paths.state.read_text())
+        # Stop in reverse start order: nodes and controllers before the API server, etcd last.
+        for name, pid in reversed(list(state["pids"].items())):
+            stop_pid(name, pid)
+    elif not quiet:
+        log("no cluster recorded; nothing to stop")
+    if keep_logs:
+        for child in paths.root.iterdir() if paths.root.exists() else []:
+            if child != paths.logs:
+                shutil.rmtree(child) if child.is_dir() else child.unlink()
+    else:
+        shutil.rmtree(paths.root, ignore_errors=True)
+
+
+def stop_pid(name: str, pid: int, grace: float = 10) -> None:
+    if not alive(pid):
+        return
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if alive(pid):
+        os.kill(pid, signal.SIGKILL)
+    log(f"stopped {name} (pid {pid})")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("command", choices=["up", "down", "status"])
+    args = parser.parse_args()
+    paths = Paths(STATE_DIR)
+    if args.command == "up":
+        up(paths)
+    elif args.command == "down":
+        down(paths)
+    else:
+        ok = status(paths)
+        print("up" if ok else "down")
+        return 0 if ok else 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

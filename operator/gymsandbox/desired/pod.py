@@ -1,0 +1,157 @@
+"""The host Pod: restricted by Pod Security, in the profile's RuntimeClass, with sub-path mounts."""
+
+from __future__ import annotations
+
+from gymsandbox.api.gymhost import GymHostSpec
+from gymsandbox.api.names import ENV_BROKER_URL, ENV_LEASE_TOKEN, LEASE_TOKEN_KEY
+from gymsandbox.desired.labels import host_labels
+from gymsandbox.desired.names import child_name
+from gymsandbox.desired.owner import TEMPLATE_HASH_ANNOTATION, Owner, template_hash
+from gymsandbox.policy.cluster import ClusterPolicy, RuntimeProfile
+
+CONTAINER_NAME = "gym"
+# A fixed unprivileged identity: Pod Security `restricted` needs non-root, and a numeric uid lets the
+# kubelet verify it without trusting the image's USER line.
+RUN_AS_USER = 65532
+STORAGE_VOLUME = "storage"
+DATASET_VOLUME = "dataset"
+TMP_VOLUME = "tmp"
+
+
+def host_pod_name(owner: Owner) -> str:
+    return child_name(owner.name, "host")
+
+
+def restricted_container_security() -> dict[str, object]:
+    return {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "privileged": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "runAsUser": RUN_AS_USER,
+        "runAsGroup": RUN_AS_USER,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def restricted_pod_security() -> dict[str, object]:
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": RUN_AS_USER,
+        "runAsGroup": RUN_AS_USER,
+        "fsGroup": RUN_AS_USER,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def resource_limits(spec: GymHostSpec) -> dict[str, str]:
+    limits = {
+        "cpu": spec.resources.cpu,
+        "memory": spec.resources.memory,
+        "ephemeral-storage": spec.resources.ephemeral_storage,
+    }
+    if spec.resources.gpu:
+        limits["nvidia.com/gpu"] = str(spec.resources.gpu)
+    return limits
+
+
+def _env(spec: GymHostSpec, broker_url: str, secret_name: str) -> list[dict[str, object]]:
+    env: list[dict[str, object]] = [{"name": e.name, "value": e.value} for e in spec.env]
+    env.append({"name": ENV_BROKER_URL, "value": broker_url})
+    env.append(
+        {"name": ENV_LEASE_TOKEN, "valueFrom": {"secretKeyRef": {"name": secret_name, "key": LEASE_TOKEN_KEY}}}
+    )
+    return env
+
+
+def _env_from(spec: GymHostSpec) -> list[dict[str, object]]:
+    sources: list[dict[str, object]] = []
+    for source in spec.env_from:
+        entry: dict[str, object] = {"secretRef": {"name": source.secret_ref.name}}
+        if source.prefix:
+            entry["prefix"] = source.prefix
+        sources.append(entry)
+    return sources
+
+
+def _mounts_and_volumes(spec: GymHostSpec) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
+    storage = spec.storage
+    mounts: list[dict[str, object]] = [
+        {"name": STORAGE_VOLUME, "mountPath": storage.environment.mount_path,
+         "subPath": storage.environment.sub_path, "readOnly": True},
+        {"name": STORAGE_VOLUME, "mountPath": storage.workspace.mount_path,
+         "subPath": storage.workspace.sub_path, "readOnly": False},
+        {"name": TMP_VOLUME, "mountPath": "/tmp", "readOnly": False},  # noqa: S108 - the container's own /tmp
+    ]
+    volumes: list[dict[str, object]] = [
+        {"name": STORAGE_VOLUME, "persistentVolumeClaim": {"claimName": storage.claim_name}},
+        {"name": TMP_VOLUME, "emptyDir": {"sizeLimit": "256Mi"}},
+    ]
+    if storage.dataset:
+        mounts.append({"name": DATASET_VOLUME, "mountPath": storage.dataset.mount_path,
+                       "subPath": storage.dataset.sub_path, "readOnly": True})
+        volumes.append({"name": DATASET_VOLUME,
+                        "persistentVolumeClaim": {"claimName": storage.dataset.claim_name, "readOnly": True}})
+    return mounts, volumes
+
+
+def _container(spec: GymHostSpec, broker_url: str, secret_name: str) -> dict[str, object]:
+    mounts, _ = _mounts_and_volumes(spec)
+    limits = resource_limits(spec)
+    container: dict[str, object] = {
+        "name": CONTAINER_NAME,
+        "image": spec.image,
+        "ports": [{"name": "http", "containerPort": spec.port, "protocol": "TCP"}],
+        "env": _env(spec, broker_url, secret_name),
+        "resources": {"requests": dict(limits), "limits": limits},
+        "readinessProbe": {
+            "httpGet": {"path": spec.readiness_path, "port": "http"},
+            "periodSeconds": 5,
+            "failureThreshold": 3,
+        },
+        "securityContext": restricted_container_security(),
+        "volumeMounts": mounts,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    if spec.command:
+        container["command"] = list(spec.command)
+    if spec.args:
+        container["args"] = list(spec.args)
+    env_from = _env_from(spec)
+    if env_from:
+        container["envFrom"] = env_from
+    return container
+
+
+def _scheduling(profile: RuntimeProfile) -> dict[str, object]:
+    scheduling: dict[str, object] = {"runtimeClassName": profile.runtime_class_name}
+    if profile.node_selector:
+        scheduling["nodeSelector"] = dict(profile.node_selector)
+    if profile.tolerations:
+        scheduling["tolerations"] = [t.wire() if hasattr(t, "wire") else dict(t) for t in profile.tolerations]
+    return scheduling
+
+
+def host_pod(owner: Owner, spec: GymHostSpec, policy: ClusterPolicy, secret_name: str) -> dict[str, object]:
+    """The pod for an admitted spec; the caller has checked that spec.runtime names a known profile."""
+    profile = policy.runtime_profiles[spec.runtime]
+    _, volumes = _mounts_and_volumes(spec)
+    pod_spec: dict[str, object] = {
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,  # service env vars would map the cluster for untrusted code
+        "restartPolicy": "Always",
+        "terminationGracePeriodSeconds": 10,
+        "securityContext": restricted_pod_security(),
+        "containers": [_container(spec, policy.broker.url, secret_name)],
+        "volumes": volumes,
+        **_scheduling(profile),
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": owner.metadata(
+            host_pod_name(owner), host_labels(owner.name), {TEMPLATE_HASH_ANNOTATION: template_hash(pod_spec)}
+        ),
+        "spec": pod_spec,
+    }

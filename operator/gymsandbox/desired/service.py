@@ -1,0 +1,29 @@
+"""The Service that gives the host a stable endpoint."""
+
+from __future__ import annotations
+
+from gymsandbox.api.gymhost import GymHostSpec
+from gymsandbox.desired.labels import host_labels, host_selector
+from gymsandbox.desired.names import child_name
+from gymsandbox.desired.owner import Owner
+
+
+def host_service_name(owner: Owner) -> str:
+    return child_name(owner.name, "host")
+
+
+def host_endpoint(owner: Owner, spec: GymHostSpec) -> str:
+    return f"http://{host_service_name(owner)}.{owner.namespace}.svc:{spec.port}"
+
+
+def host_service(owner: Owner, spec: GymHostSpec) -> dict[str, object]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": owner.metadata(host_service_name(owner), host_labels(owner.name)),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": host_selector(owner.name),
+            "ports": [{"name": "http", "protocol": "TCP", "port": spec.port, "targetPort": "http"}],
+        },
+    }

@@ -1,0 +1,147 @@
+"""Small, typed access to the Kubernetes API for handlers: read, create-or-adopt, replace, delete.
+
+Errors that could carry a Secret's content are re-raised without the response body.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+Manifest = dict[str, Any]
+
+
+class ChildConflictError(Exception):
+    """A child's name is taken by an object the owner does not control."""
+
+
+@dataclass(frozen=True)
+class Kind:
+    """Where a kind lives in the API: group/version path and plural."""
+
+    api_version: str
+    plural: str
+    namespaced: bool = True
+
+    @property
+    def base(self) -> str:
+        prefix = "/api" if "/" not in self.api_version else "/apis"
+        return f"{prefix}/{self.api_version}"
+
+    def path(self, namespace: str | None, name: str | None = None) -> str:
+        path = self.base
+        if self.namespaced:
+            path += f"/namespaces/{namespace}"
+        path += f"/{self.plural}"
+        return f"{path}/{name}" if name else path
+
+
+SECRET = Kind("v1", "secrets")
+POD = Kind("v1", "pods")
+SERVICE = Kind("v1", "services")
+PVC = Kind("v1", "persistentvolumeclaims")
+NETWORK_POLICY = Kind("networking.k8s.io/v1", "networkpolicies")
+RUNTIME_CLASS = Kind("node.k8s.io/v1", "runtimeclasses", namespaced=False)
+GYMHOST = Kind("gymsandbox.dev/v1alpha1", "gymhosts")
+
+KINDS = {"Secret": SECRET, "Pod": POD, "Service": SERVICE, "NetworkPolicy": NETWORK_POLICY}
+
+
+class Kube:
+    """Raw JSON over the client's connection pool: manifests stay plain dicts, as the builders make them."""
+
+    def __init__(self, api_client: client.ApiClient) -> None:
+        self.api_client = api_client
+
+    def _call(self, method: str, path: str, body: object = None, content_type: str = "application/json",
+              query: list[tuple[str, str]] | None = None) -> Manifest:
+        response = self.api_client.call_api(
+            path, method, query_params=query or [], body=body,
+            header_params={"Content-Type": content_type, "Accept": "application/json"},
+            auth_settings=["BearerToken"], _preload_content=False, _return_http_data_only=True,
+        )
+        data = response.data
+        return json.loads(data) if data else {}
+
+    def get(self, kind: Kind, namespace: str | None, name: str) -> Manifest | None:
+        try:
+            return self._call("GET", kind.path(namespace, name))
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise self._sanitized(kind, e) from None
+
+    def list(self, kind: Kind, namespace: str, label_selector: str) -> list[Manifest]:
+        items = self._call("GET", kind.path(namespace), query=[("labelSelector", label_selector)]).get("items", [])
+        return list(items)
+
+    def create(self, kind: Kind, manifest: Mapping[str, Any]) -> Manifest:
+        try:
+            return self._call("POST", kind.path(manifest["metadata"]["namespace"]), dict(manifest))
+        except ApiException as e:
+            raise self._sanitized(kind, e) from None
+
+    def replace(self, kind: Kind, manifest: Mapping[str, Any]) -> Manifest:
+        meta = manifest["metadata"]
+        try:
+            return self._call("PUT", kind.path(meta["namespace"], meta["name"]), dict(manifest))
+        except ApiException as e:
+            raise self._sanitized(kind, e) from None
+
+    def patch_status(self, kind: Kind, namespace: str, name: str, status: Mapping[str, Any]) -> Manifest:
+        return self._call("PATCH", kind.path(namespace, name) + "/status", {"status": dict(status)},
+                          content_type="application/merge-patch+json")
+
+    def delete(self, kind: Kind, namespace: str | None, name: str, *, uid: str | None = None,
+               grace_seconds: int | None = None) -> bool:
+        """Delete if present (and, with `uid`, only that incarnation); False when already gone."""
+        body: dict[str, Any] = {}
+        if uid:
+            body["preconditions"] = {"uid": uid}
+        if grace_seconds is not None:
+            body["gracePeriodSeconds"] = grace_seconds
+        try:
+            self._call("DELETE", kind.path(namespace, name), body or None)
+        except ApiException as e:
+            if e.status in (404, 409):  # gone, or a newer incarnation that is not ours to delete
+                return False
+            raise self._sanitized(kind, e) from None
+        return True
+
+    @staticmethod
+    def _sanitized(kind: Kind, error: ApiException) -> ApiException:
+        """For Secrets, the same status and reason without the body and headers, which may echo the data."""
+        if kind is SECRET:
+            return ApiException(status=error.status, reason=error.reason)
+        return error
+
+
+def owned_by(obj: Mapping[str, Any], uid: str) -> bool:
+    refs = obj.get("metadata", {}).get("ownerReferences") or []
+    return any(ref.get("uid") == uid and ref.get("controller") for ref in refs)
+
+
+def create_or_adopt(kube: Kube, manifest: Mapping[str, Any], owner_uid: str) -> tuple[Manifest, bool]:
+    """Create the child; if its name exists and the owner controls it, adopt it. Returns (object, created)."""
+    kind = KINDS[manifest["kind"]]
+    meta = manifest["metadata"]
+    existing = kube.get(kind, meta["namespace"], meta["name"])
+    if existing is None:
+        try:
+            return kube.create(kind, manifest), True
+        except ApiException as e:
+            if e.status != 409:
+                raise
+            existing = kube.get(kind, meta["namespace"], meta["name"])
+            if existing is None:
+                raise
+    if not owned_by(existing, owner_uid):
+        raise ChildConflictError(
+            f"{manifest['kind']} {meta['name']} already exists and is not controlled by this object"
+        )
+    return existing, False

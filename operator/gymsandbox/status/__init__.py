@@ -1,0 +1,1 @@
+"""Pure condition computation from observed state."""

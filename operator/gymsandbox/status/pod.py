@@ -1,0 +1,93 @@
+"""What a Pod's status says, read the way a kubelet writes it: ready, still starting, or failed and why."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gymsandbox.api.conditions import FailureKind, Reason
+
+IMAGE_PULL_REASONS = frozenset({"ImagePullBackOff", "ErrImagePull", "InvalidImageName", "ErrImageNeverPull"})
+UNBOUND_CLAIM_MARKERS = ("unbound immediate PersistentVolumeClaims", "persistentvolumeclaim")
+INFRASTRUCTURE_POD_REASONS = {"Evicted": Reason.POD_LOST, "Preempting": Reason.POD_LOST, "NodeLost": Reason.POD_LOST,
+                              "Shutdown": Reason.POD_LOST, "Terminated": Reason.POD_LOST}
+
+
+@dataclass(frozen=True)
+class PodFailure:
+    kind: FailureKind
+    reason: Reason
+    message: str
+    container: str | None = None  # whose logs explain it
+
+
+@dataclass(frozen=True)
+class PodReading:
+    scheduled: bool
+    ready: bool
+    failure: PodFailure | None
+    progress: str  # a short human summary when neither ready nor failed
+
+
+def _get(obj: Mapping[str, Any] | None, *path: str) -> Any:
+    for key in path:
+        if not isinstance(obj, Mapping):
+            return None
+        obj = obj.get(key)
+    return obj
+
+
+def _condition(pod: Mapping[str, Any], condition_type: str) -> Mapping[str, Any] | None:
+    return next((c for c in _get(pod, "status", "conditions") or [] if c.get("type") == condition_type), None)
+
+
+def _container_failure(status: Mapping[str, Any]) -> PodFailure | None:
+    name = status.get("name")
+    waiting = _get(status, "state", "waiting") or {}
+    terminated = _get(status, "state", "terminated") or {}
+    last = _get(status, "lastState", "terminated") or {}
+    waiting_reason = waiting.get("reason")
+    if waiting_reason in IMAGE_PULL_REASONS:
+        return PodFailure(FailureKind.INFRASTRUCTURE, Reason.IMAGE_PULL_BACK_OFF,
+                          f"container {name}: {waiting_reason}: {waiting.get('message', '')}".strip(), name)
+    if waiting_reason == "CreateContainerConfigError":
+        return PodFailure(FailureKind.WORKLOAD, Reason.CONTAINER_CONFIG_ERROR,
+                          f"container {name}: {waiting.get('message', '')}".strip(), name)
+    if terminated.get("reason") == "OOMKilled" or (waiting_reason == "CrashLoopBackOff" and last.get("reason") == "OOMKilled"):
+        return PodFailure(FailureKind.WORKLOAD, Reason.OOM_KILLED,
+                          f"container {name} was killed for exceeding its memory limit", name)
+    if waiting_reason == "CrashLoopBackOff":
+        exit_code = last.get("exitCode")
+        detail = f" (last exit code {exit_code})" if exit_code is not None else ""
+        return PodFailure(FailureKind.WORKLOAD, Reason.CRASH_LOOP_BACK_OFF,
+                          f"container {name} keeps crashing{detail}", name)
+    return None
+
+
+def read_pod(pod: Mapping[str, Any]) -> PodReading:
+    scheduled = bool(_get(pod, "spec", "nodeName"))
+    phase = _get(pod, "status", "phase")
+    for status in _get(pod, "status", "containerStatuses") or []:
+        failure = _container_failure(status)
+        if failure:
+            return PodReading(scheduled, False, failure, failure.message)
+    if phase == "Failed":
+        pod_reason = _get(pod, "status", "reason") or ""
+        message = _get(pod, "status", "message") or "the pod failed"
+        if pod_reason in INFRASTRUCTURE_POD_REASONS:
+            return PodReading(scheduled, False, PodFailure(FailureKind.INFRASTRUCTURE,
+                                                           INFRASTRUCTURE_POD_REASONS[pod_reason], message), message)
+        return PodReading(scheduled, False, PodFailure(FailureKind.WORKLOAD, Reason.POD_FAILED, message), message)
+    if _get(pod, "metadata", "deletionTimestamp"):
+        return PodReading(scheduled, False, None, "the pod is terminating")
+    scheduled_condition = _condition(pod, "PodScheduled") or {}
+    if scheduled_condition.get("status") == "False" and scheduled_condition.get("reason") == "Unschedulable":
+        message = str(scheduled_condition.get("message", ""))
+        reason = Reason.PVC_NOT_BOUND if any(m in message for m in UNBOUND_CLAIM_MARKERS) else Reason.UNSCHEDULABLE
+        return PodReading(False, False, PodFailure(FailureKind.INFRASTRUCTURE, reason, message), message)
+    ready = (_condition(pod, "Ready") or {}).get("status") == "True"
+    if phase == "Running" and ready:
+        return PodReading(scheduled, True, None, "ready")
+    progress = "waiting to be scheduled" if not scheduled else f"pod is {phase or 'Pending'}, not Ready yet"
+    return PodReading(scheduled, False, None, progress)

@@ -1,0 +1,108 @@
+"""Integration fixtures: a real control plane (local, or the one KUBECONFIG names) and a namespace per test."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from kubernetes import client, config
+
+ROOT = Path(__file__).resolve().parents[2]
+LOG_TAIL_LINES = 40
+
+
+def _load_cluster_script() -> object:
+    spec = importlib.util.spec_from_file_location("gymsandbox_hack_cluster", ROOT / "hack" / "cluster.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+cluster_script = _load_cluster_script()
+
+
+@dataclass(frozen=True)
+class Cluster:
+    kubeconfig: Path
+    kubectl: Path
+    local: bool  # True when this run uses the local control plane from hack/cluster.py
+    logs: Path | None
+
+    def kubectl_run(self, *args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(self.kubectl), f"--kubeconfig={self.kubeconfig}", *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            check=check,
+            timeout=120,
+        )
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Cluster]:
+    """KUBECONFIG's cluster if set; else the local control plane, reused if running, else started and stopped."""
+    tools = cluster_script.binaries()  # type: ignore[attr-defined]
+    if os.environ.get("KUBECONFIG"):
+        yield Cluster(Path(os.environ["KUBECONFIG"]), tools["kubectl"], local=False, logs=None)
+        return
+    paths = cluster_script.Paths(cluster_script.STATE_DIR)  # type: ignore[attr-defined]
+    started_here = not cluster_script.status(paths)  # type: ignore[attr-defined]
+    if started_here:
+        cluster_script.up(paths)  # type: ignore[attr-defined]
+    try:
+        yield Cluster(paths.kubeconfig, tools["kubectl"], local=True, logs=paths.logs)
+    finally:
+        if started_here:
+            cluster_script.down(paths)  # type: ignore[attr-defined]
+
+
+@pytest.fixture(scope="session")
+def api_client(cluster: Cluster) -> client.ApiClient:
+    return config.new_client_from_config(config_file=str(cluster.kubeconfig))
+
+
+@pytest.fixture(scope="session")
+def core(api_client: client.ApiClient) -> client.CoreV1Api:
+    return client.CoreV1Api(api_client)
+
+
+def _namespace_name(nodeid: str) -> str:
+    digest = hashlib.sha256(f"{nodeid}{os.getpid()}{os.urandom(4).hex()}".encode()).hexdigest()[:8]
+    test = nodeid.split("::")[-1].lower().replace("_", "-")
+    cleaned = "".join(ch for ch in test if ch.isalnum() or ch == "-").strip("-")[:40].strip("-")
+    return f"t-{cleaned}-{digest}"
+
+
+@pytest.fixture
+def namespace(request: pytest.FixtureRequest, core: client.CoreV1Api) -> Iterator[str]:
+    """A fresh namespace enforcing Pod Security `restricted`, deleted after the test."""
+    name = _namespace_name(request.node.nodeid)
+    labels = {
+        "pod-security.kubernetes.io/enforce": "restricted",
+        "pod-security.kubernetes.io/enforce-version": "latest",
+    }
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels=labels)))
+    yield name
+    core.delete_namespace(name)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """On a failed integration test, attach the tail of every control-plane log to the report."""
+    report = yield
+    if report.failed and call.when in ("setup", "call"):
+        logs = cluster_script.Paths(cluster_script.STATE_DIR).logs  # type: ignore[attr-defined]
+        for log_file in sorted(logs.glob("*.log")) if logs.exists() else []:
+            lines = log_file.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
+            report.sections.append((f"control-plane log tail: {log_file.name}", "\n".join(lines)))
+    return report
