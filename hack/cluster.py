@@ -37,7 +37,9 @@ HACK = ROOT / "hack"
 RUNTIME_LABEL = "gymsandbox.dev/runtime"
 NODES = {"kwok-kata-0": "kata", "kwok-crun-0": "crun"}
 RUNTIME_CLASSES = {"kata-qemu": "kata", "crun": "crun"}
-KWOK_STAGE_SETS = ["node/fast", "node/heartbeat-with-lease", "pod/fast"]
+# kwok's stock stages: nodes become Ready and keep a lease; scheduled pods become Running and Ready;
+# claims of the default StorageClass `kwok-volume` get a volume and bind.
+KWOK_STAGE_SETS = ["node/fast", "node/heartbeat-with-lease", "pod/fast", "volume/fast"]
 
 
 def log(message: str) -> None:
@@ -205,17 +207,17 @@ def kubectl(bins: dict[str, Path], kubeconfig: Path, *args: str, stdin: str | No
     return result.stdout
 
 
-def kwok_stages(bins: dict[str, Path], paths: Paths) -> Path:
-    """Collect kwok's default stages for the sets we use into one multi-document file."""
+def kwok_documents(bins: dict[str, Path]) -> tuple[list[str], list[str]]:
+    """kwok's stock files for the sets we use: (Stage documents for kwok, API objects such as the StorageClass)."""
     stage_root = bins["kwok"].parent.parent / "stages"
-    documents = []
+    stages, objects = [], []
     for stage_set in KWOK_STAGE_SETS:
         for file in sorted((stage_root / stage_set).glob("*.yaml")):
-            if file.name != "kustomization.yaml":
-                documents.append(file.read_text())
-    target = paths.root / "kwok-stages.yaml"
-    target.write_text("\n---\n".join(documents))
-    return target
+            if file.name == "kustomization.yaml":
+                continue
+            text = file.read_text()
+            (stages if "\nkind: Stage\n" in f"\n{text}" else objects).append(text)
+    return stages, objects
 
 
 def cluster_objects() -> str:
@@ -320,15 +322,18 @@ def up(paths: Paths) -> None:
             "--leader-elect=false", "--bind-address=127.0.0.1", f"--secure-port={ports['scheduler']}",
             "--profiling=false", "--v=1",
         ], paths.logs)
+        stages, kwok_objects = kwok_documents(bins)
+        stage_file = paths.root / "kwok-stages.yaml"
+        stage_file.write_text("\n---\n".join(stages))
         pids["kwok"] = start("kwok", [
             str(bins["kwok"]), f"--kubeconfig={paths.root / 'kwok.kubeconfig'}",
-            f"--config={kwok_stages(bins, paths)}",
+            f"--config={stage_file}",
             "--manage-all-nodes=false", "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
             "--node-ip=127.0.0.1", "--node-lease-duration-seconds=40", "--cidr=10.244.0.0/16",
             f"--server-address=127.0.0.1:{ports['kwok']}",
         ], paths.logs)
         save()
-        kubectl(bins, paths.kubeconfig, "apply", "-f", "-", stdin=cluster_objects())
+        kubectl(bins, paths.kubeconfig, "apply", "-f", "-", stdin="\n---\n".join([cluster_objects(), *kwok_objects]))
         wait_until("nodes Ready", lambda: _nodes_ready(bins, paths), 120, pids)
         wait_until("service accounts", lambda: _default_sa_exists(bins, paths), 120, pids)
     except BaseException:

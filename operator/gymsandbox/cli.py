@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -10,7 +11,7 @@ from pathlib import Path
 from gymsandbox import __version__, crdgen
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gymsandbox", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("version", help="print the version")
@@ -21,9 +22,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     crds.add_argument(
         "--check", action="store_true", help="write nothing; exit 1 if the files differ from the models"
     )
-    args = parser.parse_args(argv)
+    operator = commands.add_parser("operator", help="run the operator (reconciles GymHost objects)")
+    operator.add_argument("--policy", help="cluster policy YAML (default: $GYMSANDBOX_POLICY)")
+    operator.add_argument(
+        "--namespace",
+        action="append",
+        default=[],
+        help="watch only this namespace (repeatable; default: the policy's watchNamespaces, else all)",
+    )
+    operator.add_argument("--liveness", help="serve kopf's liveness probe here, e.g. http://0.0.0.0:8080/healthz")
+    operator.add_argument("--verbose", action="store_true", help="log handler activity")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     if args.command == "crds":
         return _crds(args.output_dir, check=args.check)
+    if args.command == "operator":
+        return _operator(args.policy, args.namespace, liveness=args.liveness, verbose=args.verbose)
     print(__version__)
     return 0
 
@@ -42,6 +59,22 @@ def _crds(output_dir: Path, *, check: bool) -> int:
         print(f"  {problem}", file=sys.stderr)
     print(f"run `gymsandbox crds --output-dir {output_dir}` to regenerate", file=sys.stderr)
     return 1
+
+
+def _operator(policy: str | None, namespaces: list[str], *, liveness: str | None, verbose: bool) -> int:
+    from gymsandbox.policy.cluster import PolicyError
+    from gymsandbox.runner import run_operator  # imports kopf and the handlers: only when running
+
+    policy = policy or os.environ.get("GYMSANDBOX_POLICY")
+    if not policy:
+        print("gymsandbox operator: no cluster policy: pass --policy FILE or set GYMSANDBOX_POLICY", file=sys.stderr)
+        return 2
+    try:
+        run_operator(Path(policy), namespaces, liveness=liveness, verbose=verbose)
+    except PolicyError as e:
+        print(f"gymsandbox operator: refusing to start: {e}", file=sys.stderr)
+        return 2
+    return 0
 
 
 if __name__ == "__main__":

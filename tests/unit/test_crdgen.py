@@ -50,7 +50,12 @@ def node_at(path: str) -> dict[str, Any]:
 def default_violations(value: Any, schema: dict[str, Any]) -> list[str]:
     """What about `value` its schema refuses (the checks the API server applies to defaults)."""
     kind = schema["type"]
-    python_types = {"string": str, "integer": int, "number": (int, float), "boolean": bool}
+    python_types: dict[str, type | tuple[type, ...]] = {
+        "string": str,
+        "integer": int,
+        "number": (int, float),
+        "boolean": bool,
+    }
     if kind == "object":
         return [
             problem

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 from pydantic.config import JsonDict
 
@@ -94,4 +94,12 @@ class Lifetime(Model):
     expiry_policy: Literal["Delete", "Retain"] = Field(
         "Delete",
         description="Delete removes the object at expiry; Retain removes only the pod and keeps the record.",
+    )
+
+
+def validation_message(error: ValidationError) -> str:
+    """Every problem as `field.path: message`, without echoing the offending input (it may be sensitive)."""
+    return "; ".join(
+        f"{'.'.join(str(p) for p in problem['loc']) or 'spec'}: {problem['msg']}"
+        for problem in error.errors(include_input=False, include_url=False)
     )

@@ -58,14 +58,22 @@ class Kube:
     def __init__(self, api_client: client.ApiClient) -> None:
         self.api_client = api_client
 
+    def _request(self, method: str, path: str, body: object = None, *, content_type: str = "application/json",
+                 accept: str = "application/json", query: list[tuple[str, str]] | None = None,
+                 timeout: float | None = None) -> bytes:
+        request = self.api_client.param_serialize(
+            method, path, query_params=query or [], body=body,
+            header_params={"Content-Type": content_type, "Accept": accept}, auth_settings=["BearerToken"],
+        )
+        response = self.api_client.call_api(*request, _request_timeout=timeout)
+        data: bytes = response.read() or b""
+        if not 200 <= response.status <= 299:
+            raise ApiException(http_resp=response, body=data.decode(errors="replace"))
+        return data
+
     def _call(self, method: str, path: str, body: object = None, content_type: str = "application/json",
               query: list[tuple[str, str]] | None = None) -> Manifest:
-        response = self.api_client.call_api(
-            path, method, query_params=query or [], body=body,
-            header_params={"Content-Type": content_type, "Accept": "application/json"},
-            auth_settings=["BearerToken"], _preload_content=False, _return_http_data_only=True,
-        )
-        data = response.data
+        data = self._request(method, path, body, content_type=content_type, query=query)
         return json.loads(data) if data else {}
 
     def get(self, kind: Kind, namespace: str | None, name: str) -> Manifest | None:
@@ -92,6 +100,19 @@ class Kube:
             return self._call("PUT", kind.path(meta["namespace"], meta["name"]), dict(manifest))
         except ApiException as e:
             raise self._sanitized(kind, e) from None
+
+    def log_tail(self, namespace: str, pod: str, container: str, lines: int) -> str | None:
+        """The last lines of the container's previous run (else its current one); None when unavailable."""
+        for previous in ("true", "false"):
+            query = [("container", container), ("tailLines", str(lines)), ("previous", previous)]
+            try:
+                data = self._request("GET", POD.path(namespace, pod) + "/log", accept="text/plain", query=query,
+                                     timeout=5)
+            except ApiException:
+                continue
+            if data:
+                return data.decode(errors="replace")
+        return None
 
     def patch_status(self, kind: Kind, namespace: str, name: str, status: Mapping[str, Any]) -> Manifest:
         return self._call("PATCH", kind.path(namespace, name) + "/status", {"status": dict(status)},

@@ -7,16 +7,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from gymsandbox.api.conditions import ConditionType, FailureKind, Reason
+from gymsandbox.policy.admission import Refusal
 from gymsandbox.status.conditions import ConditionState
 from gymsandbox.status.pod import PodFailure, read_pod
-
-
-@dataclass(frozen=True)
-class Refusal:
-    """Why an object cannot be admitted; the reason is a constant, the message names the offending value."""
-
-    reason: Reason
-    message: str
 
 
 @dataclass(frozen=True)

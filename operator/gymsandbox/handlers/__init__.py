@@ -1,0 +1,5 @@
+"""The only place with @kopf decorators. Importing this package registers every handler."""
+
+from gymsandbox.handlers import gymhost
+
+__all__ = ["gymhost"]

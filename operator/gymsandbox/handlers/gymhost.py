@@ -1,0 +1,301 @@
+"""GymHost handlers: one level-based reconcile serves create, resume, spec updates, the drift timer and
+pod events. It parses the spec, applies policy, creates or repairs the children in order (lease Secret
+and NetworkPolicy before the Pod), observes them and writes only `status`.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import kopf
+from pydantic import ValidationError
+
+from gymsandbox.api.common import validation_message
+from gymsandbox.api.conditions import ConditionType, Reason
+from gymsandbox.api.gymhost import GymHostSpec
+from gymsandbox.api.names import LABEL_COMPONENT, LABEL_MANAGED_BY, LEASE_TOKEN_KEY, MANAGED_BY, VERSION, GROUP
+from gymsandbox.desired.labels import COMPONENT_GYMHOST
+from gymsandbox.desired.networkpolicy import egress_policy
+from gymsandbox.desired.owner import TEMPLATE_HASH_ANNOTATION, Owner
+from gymsandbox.desired.pod import CONTAINER_NAME, host_pod, host_pod_name
+from gymsandbox.desired.secret import lease_secret, new_lease_token, token_present
+from gymsandbox.desired.service import host_endpoint, host_service
+from gymsandbox.handlers.context import OperatorContext, RESYNC_SECONDS
+from gymsandbox.handlers.kube import (
+    GYMHOST,
+    NETWORK_POLICY,
+    POD,
+    PVC,
+    RUNTIME_CLASS,
+    SECRET,
+    SERVICE,
+    ChildConflictError,
+    Kube,
+    Manifest,
+    create_or_adopt,
+)
+from gymsandbox.policy.admission import Refusal, admit_gymhost
+from gymsandbox.policy.egress import EgressError, ResolutionError, ResolvedTarget, egress_targets, resolve
+from gymsandbox.status.conditions import find, merge_conditions
+from gymsandbox.status.gymhost import HostObservation, HostVerdict, compute_host_conditions
+from gymsandbox.status.pod import PodFailure
+
+KIND = "GymHost"
+LOG_TAIL_LINES = 20
+LOG_TAIL_CHARS = 4096
+REDACTED = "[REDACTED]"
+
+
+@dataclass(frozen=True)
+class Children:
+    """What the reconcile saw or made, for the status fields beside the conditions."""
+
+    lease_secret_name: str | None = None
+    endpoint: str | None = None
+    resolved: tuple[ResolvedTarget, ...] = ()
+    token: str | None = None  # kept in memory only, to redact it from log tails
+
+
+def parse_spec(raw: Mapping[str, Any]) -> GymHostSpec | Refusal:
+    try:
+        return GymHostSpec.model_validate(dict(raw))
+    except ValidationError as e:
+        return Refusal(Reason.INVALID_SPEC, validation_message(e))
+
+
+def expiry(meta: Mapping[str, Any], spec: GymHostSpec) -> datetime | None:
+    if spec.lifetime.ttl_seconds is None:
+        return None
+    created = datetime.fromisoformat(str(meta["creationTimestamp"]).replace("Z", "+00:00"))
+    return created + timedelta(seconds=spec.lifetime.ttl_seconds)
+
+
+def _secret_token(secret: Mapping[str, Any]) -> str | None:
+    encoded = (secret.get("data") or {}).get(LEASE_TOKEN_KEY)
+    return base64.b64decode(encoded).decode() if isinstance(encoded, str) else None
+
+
+def ensure_lease_secret(kube: Kube, owner: Owner) -> tuple[str, str | None]:
+    """The Secret exists and holds a token; a missing or emptied token is replaced. Returns (name, token)."""
+    desired = lease_secret(owner, new_lease_token())
+    secret, _ = create_or_adopt(kube, desired, owner.uid)
+    if not token_present(secret):
+        secret = kube.replace(SECRET, {**secret, "data": desired["data"]})
+    return str(secret["metadata"]["name"]), _secret_token(secret)
+
+
+def ensure_network_policy(kube: Kube, owner: Owner, ctx: OperatorContext,
+                          resolved: list[ResolvedTarget]) -> Manifest:
+    desired = egress_policy(owner, ctx.policy, resolved)
+    existing, created = create_or_adopt(kube, desired, owner.uid)
+    if not created and existing.get("spec") != desired["spec"]:
+        existing = kube.replace(NETWORK_POLICY, {**existing, "spec": desired["spec"]})
+    return existing
+
+
+def ensure_service(kube: Kube, owner: Owner, spec: GymHostSpec) -> Manifest:
+    desired = host_service(owner, spec)
+    existing, created = create_or_adopt(kube, desired, owner.uid)
+    want, have = desired["spec"], existing.get("spec", {})
+    ports = [{k: p.get(k) for k in ("name", "protocol", "port", "targetPort")} for p in have.get("ports", [])]
+    if not created and (have.get("selector") != want["selector"] or ports != want["ports"]):
+        existing = kube.replace(SERVICE, {**existing, "spec": {**have, "selector": want["selector"],
+                                                               "ports": want["ports"]}})
+    return existing
+
+
+def claim_problem(kube: Kube, namespace: str, spec: GymHostSpec) -> str | None:
+    claims = [spec.storage.claim_name] + ([spec.storage.dataset.claim_name] if spec.storage.dataset else [])
+    for name in claims:
+        claim = kube.get(PVC, namespace, name)
+        if claim is None:
+            return f"PersistentVolumeClaim {name} does not exist"
+        phase = (claim.get("status") or {}).get("phase")
+        if phase != "Bound":
+            return f"PersistentVolumeClaim {name} is {phase or 'Pending'}, not Bound"
+    return None
+
+
+def ensure_pod(kube: Kube, owner: Owner, desired: Manifest) -> Manifest | None:
+    """Create the pod, or replace it when its template changed or it finished. Returns the live pod."""
+    meta = desired["metadata"]
+    pod = kube.get(POD, owner.namespace, meta["name"])
+    if pod is None:
+        pod, _ = create_or_adopt(kube, desired, owner.uid)
+        return pod
+    if not any(ref.get("uid") == owner.uid for ref in pod["metadata"].get("ownerReferences") or []):
+        raise ChildConflictError(f"Pod {meta['name']} already exists and is not controlled by this object")
+    live_hash = (pod["metadata"].get("annotations") or {}).get(TEMPLATE_HASH_ANNOTATION)
+    finished = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+    if live_hash != meta["annotations"][TEMPLATE_HASH_ANNOTATION] and not pod["metadata"].get("deletionTimestamp"):
+        kube.delete(POD, owner.namespace, meta["name"], uid=pod["metadata"]["uid"])
+    elif finished:
+        # Report the failure from this reading, then start over: a host is meant to keep serving.
+        kube.delete(POD, owner.namespace, meta["name"], uid=pod["metadata"]["uid"])
+    return pod
+
+
+def delete_pod(kube: Kube, owner: Owner, name: str) -> None:
+    kube.delete(POD, owner.namespace, name, grace_seconds=0)
+
+
+def logs_tail(kube: Kube, pod: Mapping[str, Any], failure: PodFailure, token: str | None) -> str | None:
+    """The container's last log lines (previous run first), else the termination message the kubelet kept."""
+    container = failure.container or CONTAINER_NAME
+    meta = pod["metadata"]
+    text = kube.log_tail(meta["namespace"], meta["name"], container, LOG_TAIL_LINES)
+    if not text:
+        for status in (pod.get("status") or {}).get("containerStatuses") or []:
+            if status.get("name") == container:
+                terminated = (status.get("lastState") or {}).get("terminated") or (
+                    (status.get("state") or {}).get("terminated") or {})
+                text = terminated.get("message")
+    if not text:
+        return None
+    if token:
+        text = text.replace(token, REDACTED)  # untrusted code may print its own environment
+    return "\n".join(text.splitlines()[-LOG_TAIL_LINES:])[-LOG_TAIL_CHARS:]
+
+
+def observe(ctx: OperatorContext, body: Mapping[str, Any], now: datetime) -> tuple[HostObservation, Children,
+                                                                                    GymHostSpec | None]:
+    """Make the world match the spec as far as policy allows, and report what is there."""
+    kube, meta = ctx.kube, body["metadata"]
+    owner = Owner(KIND, meta["name"], meta["namespace"], meta["uid"])
+    parsed = parse_spec(body.get("spec") or {})
+    refusal = parsed if isinstance(parsed, Refusal) else admit_gymhost(parsed, ctx.policy)
+    pod_name = host_pod_name(owner)
+    if refusal or isinstance(parsed, Refusal):
+        delete_pod(kube, owner, pod_name)  # a spec that is no longer admitted must not keep running
+        return HostObservation(refusal=refusal), Children(), None
+    spec = parsed
+    expires_at = expiry(meta, spec)
+    if expires_at and now >= expires_at:
+        delete_pod(kube, owner, pod_name)
+        if spec.lifetime.expiry_policy == "Delete":
+            kube.delete(GYMHOST, owner.namespace, owner.name, uid=owner.uid)
+        return HostObservation(expired=True), Children(), spec
+    try:
+        resolved: list[ResolvedTarget] | None = resolve(
+            egress_targets(spec.egress), ctx.policy.egress.static_hosts, ctx.resolver,
+            allowed_private=ctx.policy.egress.allowed_private_networks,
+        )
+        egress_error = None
+    except ResolutionError as e:
+        resolved, egress_error = None, str(e)
+    except EgressError as e:
+        delete_pod(kube, owner, pod_name)
+        return HostObservation(refusal=Refusal(Reason.EGRESS_INVALID, str(e))), Children(), spec
+    secret_name, token = ensure_lease_secret(kube, owner)
+    if resolved is not None:
+        network_policy: Manifest | None = ensure_network_policy(kube, owner, ctx, resolved)
+    else:
+        network_policy = kube.get(NETWORK_POLICY, owner.namespace, egress_policy(owner, ctx.policy, [])
+                                  ["metadata"]["name"])
+    ensure_service(kube, owner, spec)
+    children = Children(secret_name, host_endpoint(owner, spec), tuple(resolved or ()), token)
+    profile = ctx.policy.runtime_profiles[spec.runtime]
+    runtime_missing = None
+    if kube.get(RUNTIME_CLASS, None, profile.runtime_class_name) is None:
+        runtime_missing = (f"RuntimeClass {profile.runtime_class_name} (profile {spec.runtime}) does not exist;"
+                           " the pod is not created rather than run in another runtime")
+    pod = None
+    if network_policy is not None and runtime_missing is None:
+        pod = ensure_pod(kube, owner, host_pod(owner, spec, ctx.policy, secret_name))
+    observation = HostObservation(
+        egress_error=egress_error,
+        runtime_class_missing=runtime_missing,
+        claim_problem=claim_problem(kube, owner.namespace, spec),
+        pod=pod,
+    )
+    return observation, children, spec
+
+
+def status_fields(ctx: OperatorContext, body: Mapping[str, Any], now: datetime) -> dict[str, Any]:
+    """The full new `status` (merge-patch form: None removes a field)."""
+    meta = body["metadata"]
+    previous = body.get("status") or {}
+    observation, children, spec = observe(ctx, body, now)
+    verdict = compute_host_conditions(observation)
+    generation = int(meta.get("generation") or 0)
+    conditions = merge_conditions(previous.get("conditions") or [], verdict.conditions, generation, now)
+    failure = None
+    if verdict.failure:
+        failure = {"kind": str(verdict.failure.kind), "reason": str(verdict.failure.reason),
+                   "message": verdict.failure.message[:4096]}
+        if observation.pod is not None and verdict.failure.reason in TAILED_REASONS:
+            failure["logsTail"] = logs_tail(ctx.kube, observation.pod, verdict.failure, children.token)
+    pod = observation.pod or {}
+    expires_at = expiry(meta, spec) if spec else None
+    announce(body, previous, verdict)
+    return {
+        "observedGeneration": generation,
+        "conditions": conditions,
+        "endpoint": children.endpoint,
+        "podName": pod.get("metadata", {}).get("name"),
+        "podIP": (pod.get("status") or {}).get("podIP"),
+        "leaseSecretName": children.lease_secret_name,
+        "expiresAt": expires_at.strftime("%Y-%m-%dT%H:%M:%SZ") if expires_at else None,
+        "resolvedEgress": [{"entry": r.entry, "addresses": list(r.cidrs)} for r in children.resolved],
+        "failure": failure,
+    }
+
+
+TAILED_REASONS = frozenset({Reason.CRASH_LOOP_BACK_OFF, Reason.OOM_KILLED, Reason.POD_FAILED})
+
+
+def announce(body: Mapping[str, Any], previous: Mapping[str, Any], verdict: HostVerdict) -> None:
+    """One event per change of Ready's reason: Warning for a failure or refusal, Normal when Ready."""
+    before = find(previous.get("conditions") or [], ConditionType.READY) or {}
+    now = next(c for c in verdict.conditions if c.type == ConditionType.READY)
+    if before.get("reason") == now.reason and before.get("status") == now.status_text:
+        return
+    if verdict.failure:
+        kopf.warn(dict(body), reason=now.reason, message=now.message)
+    elif now.status:
+        kopf.info(dict(body), reason=now.reason, message=now.message)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC).replace(microsecond=0)
+
+
+@kopf.on.resume(GROUP, VERSION, "gymhosts")
+@kopf.on.create(GROUP, VERSION, "gymhosts")
+@kopf.on.update(GROUP, VERSION, "gymhosts", field="spec")
+def reconcile(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, **_: Any) -> None:
+    patch.status.update(status_fields(memo.context, body, _now()))
+
+
+@kopf.timer(GROUP, VERSION, "gymhosts", interval=RESYNC_SECONDS, initial_delay=RESYNC_SECONDS)
+def resync(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, **_: Any) -> None:
+    """Drift correction and DNS re-resolution, level-based: the same reconcile on a timer."""
+    patch.status.update(status_fields(memo.context, body, _now()))
+
+
+@kopf.on.event("v1", "pods", labels={LABEL_MANAGED_BY: MANAGED_BY, LABEL_COMPONENT: COMPONENT_GYMHOST})
+def pod_changed(body: kopf.Body, type: str | None, memo: kopf.Memo, **_: Any) -> None:
+    """A host pod changed: recompute its owner's status now rather than at the next timer tick."""
+    ctx: OperatorContext = memo.context
+    owner_ref = next((r for r in body.metadata.get("ownerReferences") or [] if r.get("kind") == KIND), None)
+    if owner_ref is None or type is None:
+        return
+    host = ctx.kube.get(GYMHOST, body.metadata.namespace, owner_ref["name"])
+    if host is None or host["metadata"]["uid"] != owner_ref["uid"] or host["metadata"].get("deletionTimestamp"):
+        return
+    ctx.kube.patch_status(GYMHOST, body.metadata.namespace, owner_ref["name"], status_fields(ctx, host, _now()))
+
+
+@kopf.on.delete(GROUP, VERSION, "gymhosts", retries=5, backoff=2)
+def cleanup(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """Stop the pod at once; the garbage collector removes the other children through their ownerReferences.
+
+    Bounded by retries: after them kopf gives up, posts the error and releases the finalizer.
+    """
+    ctx: OperatorContext = memo.context
+    owner = Owner(KIND, body.metadata.name, body.metadata.namespace, body.metadata.uid)
+    delete_pod(ctx.kube, owner, host_pod_name(owner))

@@ -1,0 +1,59 @@
+"""Start the operator: load and check the cluster policy, then hand over to kopf."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import kopf
+from kubernetes import client, config
+
+from gymsandbox.api.names import FINALIZER, GROUP
+from gymsandbox.handlers.context import OperatorContext
+from gymsandbox.handlers.kube import Kube
+from gymsandbox.policy.cluster import ClusterPolicy, load_policy
+
+
+def api_client() -> client.ApiClient:
+    """In a pod, its service account; elsewhere, KUBECONFIG or ~/.kube/config."""
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        config.load_incluster_config()
+        return client.ApiClient()
+    return config.new_client_from_config()
+
+
+def operator_settings() -> kopf.OperatorSettings:
+    settings = kopf.OperatorSettings()
+    settings.persistence.finalizer = FINALIZER
+    # Progress and the last-handled spec live in our own annotations, not in status (our status schema
+    # is structural and owned by the models).
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=GROUP, key="last-handled-configuration"
+    )
+    # Events are posted on purpose by the handlers (refusals, failures, Ready); routine handler logs stay logs.
+    settings.posting.level = logging.WARNING
+    # Reconnect a silently stalled watch instead of waiting forever.
+    settings.watching.server_timeout = 120
+    settings.watching.client_timeout = 150
+    settings.watching.connect_timeout = 10
+    return settings
+
+
+def run_operator(policy_path: Path, namespaces: list[str], liveness: str | None = None, verbose: bool = False) -> None:
+    policy: ClusterPolicy = load_policy(policy_path)
+    namespaces = namespaces or list(policy.watch_namespaces)
+    import gymsandbox.handlers  # noqa: F401 - registers the handlers
+
+    kopf.configure(verbose=verbose)
+    logging.getLogger("kubernetes").setLevel(logging.WARNING)
+    context = OperatorContext(policy=policy, kube=Kube(api_client()))
+    kopf.run(
+        settings=operator_settings(),
+        standalone=True,
+        clusterwide=not namespaces,
+        namespaces=namespaces,
+        liveness_endpoint=liveness,
+        memo=kopf.Memo(context=context),
+    )
