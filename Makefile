@@ -47,7 +47,5 @@ integration: venv binaries ## integration tests (KUBECONFIG's cluster, else a lo
 test: venv binaries lint ## everything CI runs: lint, unit and integration tests
 	$(VENV)/bin/pytest tests/unit tests/integration
 
-run: venv binaries ## the main job: the operator against KUBECONFIG's cluster, or a local one it starts
-	@if [ -z "$$KUBECONFIG" ]; then $(CLUSTER) up; export KUBECONFIG=$(CURDIR)/.cluster/kubeconfig; fi; \
-	echo "control plane is up: KUBECONFIG=$${KUBECONFIG:-$(CURDIR)/.cluster/kubeconfig}"; \
-	echo "the operator is not built yet (see the issues); stop the cluster with 'make cluster-down'"
+run: venv binaries ## the main job: the operator (and the sample GymHost) on KUBECONFIG's cluster, or a local one
+	hack/run.sh

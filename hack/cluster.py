@@ -98,9 +98,25 @@ def openssl(*args: str) -> None:
 def make_pki(pki: Path) -> dict[str, str]:
     """CA, serving cert, service-account key pair and bearer tokens. Returns tokens by user."""
     pki.mkdir(parents=True, exist_ok=True)
-    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "365", "-subj", "/CN=gymsandbox-local-ca",
-            "-keyout", str(pki / "ca.key"), "-out", str(pki / "ca.crt"),
-            "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+    openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "365",
+        "-subj",
+        "/CN=gymsandbox-local-ca",
+        "-keyout",
+        str(pki / "ca.key"),
+        "-out",
+        str(pki / "ca.crt"),
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign,cRLSign",
+    )
     server_ext = pki / "server.ext"
     server_ext.write_text(
         "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
@@ -108,11 +124,35 @@ def make_pki(pki: Path) -> dict[str, str]:
         "subjectAltName=IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,"
         "DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local\n"
     )
-    openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=kube-apiserver",
-            "-keyout", str(pki / "server.key"), "-out", str(pki / "server.csr"))
-    openssl("x509", "-req", "-in", str(pki / "server.csr"), "-CA", str(pki / "ca.crt"), "-CAkey",
-            str(pki / "ca.key"), "-CAcreateserial", "-days", "365", "-extfile", str(server_ext),
-            "-out", str(pki / "server.crt"))
+    openssl(
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-subj",
+        "/CN=kube-apiserver",
+        "-keyout",
+        str(pki / "server.key"),
+        "-out",
+        str(pki / "server.csr"),
+    )
+    openssl(
+        "x509",
+        "-req",
+        "-in",
+        str(pki / "server.csr"),
+        "-CA",
+        str(pki / "ca.crt"),
+        "-CAkey",
+        str(pki / "ca.key"),
+        "-CAcreateserial",
+        "-days",
+        "365",
+        "-extfile",
+        str(server_ext),
+        "-out",
+        str(pki / "server.crt"),
+    )
     openssl("genrsa", "-out", str(pki / "sa.key"), "2048")
     openssl("rsa", "-in", str(pki / "sa.key"), "-pubout", "-out", str(pki / "sa.pub"))
     users = {
@@ -131,7 +171,8 @@ def make_pki(pki: Path) -> dict[str, str]:
 
 def write_kubeconfig(path: Path, server: str, ca: Path, token: str, user: str) -> None:
     ca_data = base64.b64encode(ca.read_bytes()).decode()
-    path.write_text(textwrap.dedent(f"""\
+    path.write_text(
+        textwrap.dedent(f"""\
         apiVersion: v1
         kind: Config
         clusters:
@@ -149,15 +190,17 @@ def write_kubeconfig(path: Path, server: str, ca: Path, token: str, user: str) -
             cluster: gymsandbox-local
             user: {user}
         current-context: gymsandbox-local
-        """))
+        """)
+    )
     path.chmod(0o600)
 
 
 def start(name: str, argv: list[str], logs: Path) -> int:
     """Start a process in its own session (it outlives this script); returns its PID."""
     log_file = (logs / f"{name}.log").open("ab")
-    proc = subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        argv, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+    )
     log(f"started {name} (pid {proc.pid})")
     return proc.pid
 
@@ -189,26 +232,31 @@ def alive(pid: int) -> bool:
 
 def https_ok(url: str, ca: Path, token: str | None = None) -> bool:
     ctx = ssl.create_default_context(cafile=str(ca))
-    request = urllib.request.Request(url)
+    request = urllib.request.Request(url)  # noqa: S310 - an https URL we built
     if token:
         request.add_header("Authorization", f"Bearer {token}")
     try:
-        with urllib.request.urlopen(request, context=ctx, timeout=2) as response:
+        with urllib.request.urlopen(request, context=ctx, timeout=2) as response:  # noqa: S310 - https URL we built
             return bool(response.status == 200)
     except (urllib.error.URLError, OSError):
         return False
 
 
 def kubectl(bins: dict[str, Path], kubeconfig: Path, *args: str, stdin: str | None = None) -> str:
-    result = subprocess.run([str(bins["kubectl"]), f"--kubeconfig={kubeconfig}", *args], input=stdin,
-                            capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        [str(bins["kubectl"]), f"--kubeconfig={kubeconfig}", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if result.returncode != 0:
         raise RuntimeError(f"kubectl {' '.join(args)} failed: {result.stderr.strip()}")
     return result.stdout
 
 
 def kwok_documents(bins: dict[str, Path]) -> tuple[list[str], list[str]]:
-    """kwok's stock files for the sets we use: (Stage documents for kwok, API objects such as the StorageClass)."""
+    """kwok's stock files for our sets: (Stage documents for kwok, API objects such as the StorageClass)."""
     stage_root = bins["kwok"].parent.parent / "stages"
     stages, objects = [], []
     for stage_set in KWOK_STAGE_SETS:
@@ -223,7 +271,8 @@ def kwok_documents(bins: dict[str, Path]) -> tuple[list[str], list[str]]:
 def cluster_objects() -> str:
     docs = []
     for node, runtime in NODES.items():
-        docs.append(textwrap.dedent(f"""\
+        docs.append(
+            textwrap.dedent(f"""\
             apiVersion: v1
             kind: Node
             metadata:
@@ -239,9 +288,11 @@ def cluster_objects() -> str:
             status:
               allocatable: {{cpu: "32", memory: 128Gi, pods: "110", ephemeral-storage: 500Gi}}
               capacity: {{cpu: "32", memory: 128Gi, pods: "110", ephemeral-storage: 500Gi}}
-            """))
+            """)
+        )
     for name, runtime in RUNTIME_CLASSES.items():
-        docs.append(textwrap.dedent(f"""\
+        docs.append(
+            textwrap.dedent(f"""\
             apiVersion: node.k8s.io/v1
             kind: RuntimeClass
             metadata:
@@ -250,7 +301,8 @@ def cluster_objects() -> str:
             scheduling:
               nodeSelector:
                 {RUNTIME_LABEL}: {runtime}
-            """))
+            """)
+        )
     return "---\n".join(docs)
 
 
@@ -267,8 +319,9 @@ def up(paths: Paths) -> None:
     ports = {name: free_port() for name in ("etcd", "etcd-peer", "apiserver", "kcm", "scheduler", "kwok")}
     server = f"https://127.0.0.1:{ports['apiserver']}"
     for component in ("kube-controller-manager", "kube-scheduler", "kwok"):
-        write_kubeconfig(paths.root / f"{component}.kubeconfig", server, pki / "ca.crt", tokens[component],
-                         component)
+        write_kubeconfig(
+            paths.root / f"{component}.kubeconfig", server, pki / "ca.crt", tokens[component], component
+        )
     write_kubeconfig(paths.kubeconfig, server, pki / "ca.crt", tokens["admin"], "admin")
     pids: dict[str, int] = {}
     state = {"pids": pids, "ports": ports, "server": server}
@@ -277,63 +330,115 @@ def up(paths: Paths) -> None:
         paths.state.write_text(json.dumps(state, indent=2))
 
     try:
-        pids["etcd"] = start("etcd", [
-            str(bins["etcd"]), "--name=local", f"--data-dir={paths.root / 'etcd'}",
-            f"--listen-client-urls=http://127.0.0.1:{ports['etcd']}",
-            f"--advertise-client-urls=http://127.0.0.1:{ports['etcd']}",
-            f"--listen-peer-urls=http://127.0.0.1:{ports['etcd-peer']}",
-            f"--initial-advertise-peer-urls=http://127.0.0.1:{ports['etcd-peer']}",
-            f"--initial-cluster=local=http://127.0.0.1:{ports['etcd-peer']}",
-            "--unsafe-no-fsync", "--log-level=warn",
-        ], paths.logs)
+        pids["etcd"] = start(
+            "etcd",
+            [
+                str(bins["etcd"]),
+                "--name=local",
+                f"--data-dir={paths.root / 'etcd'}",
+                f"--listen-client-urls=http://127.0.0.1:{ports['etcd']}",
+                f"--advertise-client-urls=http://127.0.0.1:{ports['etcd']}",
+                f"--listen-peer-urls=http://127.0.0.1:{ports['etcd-peer']}",
+                f"--initial-advertise-peer-urls=http://127.0.0.1:{ports['etcd-peer']}",
+                f"--initial-cluster=local=http://127.0.0.1:{ports['etcd-peer']}",
+                "--unsafe-no-fsync",
+                "--log-level=warn",
+            ],
+            paths.logs,
+        )
         save()
         wait_until("etcd", lambda: _http_ok(f"http://127.0.0.1:{ports['etcd']}/health"), 60, pids)
-        pids["kube-apiserver"] = start("kube-apiserver", [
-            str(bins["kube-apiserver"]),
-            f"--etcd-servers=http://127.0.0.1:{ports['etcd']}",
-            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={ports['apiserver']}",
-            f"--tls-cert-file={pki / 'server.crt'}", f"--tls-private-key-file={pki / 'server.key'}",
-            f"--client-ca-file={pki / 'ca.crt'}",
-            f"--token-auth-file={pki / 'tokens.csv'}",
-            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-            f"--service-account-key-file={pki / 'sa.pub'}",
-            f"--service-account-signing-key-file={pki / 'sa.key'}",
-            "--authorization-mode=Node,RBAC", "--allow-privileged=true",
-            "--endpoint-reconciler-type=none", "--service-cluster-ip-range=10.0.0.0/24",
-            "--profiling=false", "--v=1",
-        ], paths.logs)
+        pids["kube-apiserver"] = start(
+            "kube-apiserver",
+            [
+                str(bins["kube-apiserver"]),
+                f"--etcd-servers=http://127.0.0.1:{ports['etcd']}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={ports['apiserver']}",
+                f"--tls-cert-file={pki / 'server.crt'}",
+                f"--tls-private-key-file={pki / 'server.key'}",
+                f"--client-ca-file={pki / 'ca.crt'}",
+                f"--token-auth-file={pki / 'tokens.csv'}",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                f"--service-account-key-file={pki / 'sa.pub'}",
+                f"--service-account-signing-key-file={pki / 'sa.key'}",
+                "--authorization-mode=Node,RBAC",
+                "--allow-privileged=true",
+                "--endpoint-reconciler-type=none",
+                "--service-cluster-ip-range=10.0.0.0/24",
+                "--profiling=false",
+                "--v=1",
+            ],
+            paths.logs,
+        )
         save()
-        wait_until("kube-apiserver /readyz", lambda: https_ok(f"{server}/readyz", pki / "ca.crt",
-                                                               tokens["admin"]), 120, pids)
-        pids["kube-controller-manager"] = start("kube-controller-manager", [
-            str(bins["kube-controller-manager"]),
-            f"--kubeconfig={paths.root / 'kube-controller-manager.kubeconfig'}",
-            f"--authentication-kubeconfig={paths.root / 'kube-controller-manager.kubeconfig'}",
-            f"--authorization-kubeconfig={paths.root / 'kube-controller-manager.kubeconfig'}",
-            "--leader-elect=false", "--bind-address=127.0.0.1", f"--secure-port={ports['kcm']}",
-            f"--service-account-private-key-file={pki / 'sa.key'}", f"--root-ca-file={pki / 'ca.crt'}",
-            "--use-service-account-credentials=true", "--profiling=false", "--v=1",
-        ], paths.logs)
-        pids["kube-scheduler"] = start("kube-scheduler", [
-            str(bins["kube-scheduler"]),
-            f"--kubeconfig={paths.root / 'kube-scheduler.kubeconfig'}",
-            f"--authentication-kubeconfig={paths.root / 'kube-scheduler.kubeconfig'}",
-            f"--authorization-kubeconfig={paths.root / 'kube-scheduler.kubeconfig'}",
-            "--leader-elect=false", "--bind-address=127.0.0.1", f"--secure-port={ports['scheduler']}",
-            "--profiling=false", "--v=1",
-        ], paths.logs)
+        wait_until(
+            "kube-apiserver /readyz",
+            lambda: https_ok(f"{server}/readyz", pki / "ca.crt", tokens["admin"]),
+            120,
+            pids,
+        )
+        pids["kube-controller-manager"] = start(
+            "kube-controller-manager",
+            [
+                str(bins["kube-controller-manager"]),
+                f"--kubeconfig={paths.root / 'kube-controller-manager.kubeconfig'}",
+                f"--authentication-kubeconfig={paths.root / 'kube-controller-manager.kubeconfig'}",
+                f"--authorization-kubeconfig={paths.root / 'kube-controller-manager.kubeconfig'}",
+                "--leader-elect=false",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={ports['kcm']}",
+                f"--service-account-private-key-file={pki / 'sa.key'}",
+                f"--root-ca-file={pki / 'ca.crt'}",
+                "--use-service-account-credentials=true",
+                "--profiling=false",
+                "--v=1",
+            ],
+            paths.logs,
+        )
+        pids["kube-scheduler"] = start(
+            "kube-scheduler",
+            [
+                str(bins["kube-scheduler"]),
+                f"--kubeconfig={paths.root / 'kube-scheduler.kubeconfig'}",
+                f"--authentication-kubeconfig={paths.root / 'kube-scheduler.kubeconfig'}",
+                f"--authorization-kubeconfig={paths.root / 'kube-scheduler.kubeconfig'}",
+                "--leader-elect=false",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={ports['scheduler']}",
+                "--profiling=false",
+                "--v=1",
+            ],
+            paths.logs,
+        )
         stages, kwok_objects = kwok_documents(bins)
         stage_file = paths.root / "kwok-stages.yaml"
         stage_file.write_text("\n---\n".join(stages))
-        pids["kwok"] = start("kwok", [
-            str(bins["kwok"]), f"--kubeconfig={paths.root / 'kwok.kubeconfig'}",
-            f"--config={stage_file}",
-            "--manage-all-nodes=false", "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
-            "--node-ip=127.0.0.1", "--node-lease-duration-seconds=40", "--cidr=10.244.0.0/16",
-            f"--server-address=127.0.0.1:{ports['kwok']}",
-        ], paths.logs)
+        pids["kwok"] = start(
+            "kwok",
+            [
+                str(bins["kwok"]),
+                f"--kubeconfig={paths.root / 'kwok.kubeconfig'}",
+                f"--config={stage_file}",
+                "--manage-all-nodes=false",
+                "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+                "--node-ip=127.0.0.1",
+                "--node-lease-duration-seconds=40",
+                "--cidr=10.244.0.0/16",
+                f"--server-address=127.0.0.1:{ports['kwok']}",
+            ],
+            paths.logs,
+        )
         save()
-        kubectl(bins, paths.kubeconfig, "apply", "-f", "-", stdin="\n---\n".join([cluster_objects(), *kwok_objects]))
+        kubectl(
+            bins,
+            paths.kubeconfig,
+            "apply",
+            "-f",
+            "-",
+            stdin="\n---\n".join([cluster_objects(), *kwok_objects]),
+        )
         wait_until("nodes Ready", lambda: _nodes_ready(bins, paths), 120, pids)
         wait_until("service accounts", lambda: _default_sa_exists(bins, paths), 120, pids)
     except BaseException:
@@ -353,8 +458,14 @@ def _http_ok(url: str) -> bool:
 
 
 def _nodes_ready(bins: dict[str, Path], paths: Paths) -> bool:
-    out = kubectl(bins, paths.kubeconfig, "get", "nodes", "-o",
-                  'jsonpath={range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\\n"}{end}')
+    out = kubectl(
+        bins,
+        paths.kubeconfig,
+        "get",
+        "nodes",
+        "-o",
+        'jsonpath={range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\\n"}{end}',
+    )
     statuses = out.split()
     return len(statuses) == len(NODES) and all(s == "True" for s in statuses)
 
@@ -413,7 +524,9 @@ def stop_pid(name: str, pid: int, grace: float = 10) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("command", choices=["up", "down", "status"])
     args = parser.parse_args()
     paths = Paths(STATE_DIR)

@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gymsandbox import __version__, crdgen
+from gymsandbox.policy.cluster import PolicyError
+from gymsandbox.runner import run_operator
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -30,7 +32,9 @@ def _parser() -> argparse.ArgumentParser:
         default=[],
         help="watch only this namespace (repeatable; default: the policy's watchNamespaces, else all)",
     )
-    operator.add_argument("--liveness", help="serve kopf's liveness probe here, e.g. http://0.0.0.0:8080/healthz")
+    operator.add_argument(
+        "--liveness", help="serve kopf's liveness probe here, e.g. http://0.0.0.0:8080/healthz"
+    )
     operator.add_argument("--verbose", action="store_true", help="log handler activity")
     return parser
 
@@ -62,12 +66,12 @@ def _crds(output_dir: Path, *, check: bool) -> int:
 
 
 def _operator(policy: str | None, namespaces: list[str], *, liveness: str | None, verbose: bool) -> int:
-    from gymsandbox.policy.cluster import PolicyError
-    from gymsandbox.runner import run_operator  # imports kopf and the handlers: only when running
-
     policy = policy or os.environ.get("GYMSANDBOX_POLICY")
     if not policy:
-        print("gymsandbox operator: no cluster policy: pass --policy FILE or set GYMSANDBOX_POLICY", file=sys.stderr)
+        print(
+            "gymsandbox operator: no cluster policy: pass --policy FILE or set GYMSANDBOX_POLICY",
+            file=sys.stderr,
+        )
         return 2
     try:
         run_operator(Path(policy), namespaces, liveness=liveness, verbose=verbose)

@@ -9,6 +9,7 @@ from pathlib import Path
 import kopf
 from kubernetes import client, config
 
+import gymsandbox.handlers  # noqa: F401 - importing registers the handlers with kopf
 from gymsandbox.api.names import FINALIZER, GROUP
 from gymsandbox.handlers.context import OperatorContext
 from gymsandbox.handlers.kube import Kube
@@ -18,9 +19,10 @@ from gymsandbox.policy.cluster import ClusterPolicy, load_policy
 def api_client() -> client.ApiClient:
     """In a pod, its service account; elsewhere, KUBECONFIG or ~/.kube/config."""
     if os.environ.get("KUBERNETES_SERVICE_HOST"):
-        config.load_incluster_config()
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
         return client.ApiClient()
-    return config.new_client_from_config()
+    api: client.ApiClient = config.new_client_from_config()  # type: ignore[no-untyped-call]
+    return api
 
 
 def operator_settings() -> kopf.OperatorSettings:
@@ -32,7 +34,7 @@ def operator_settings() -> kopf.OperatorSettings:
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=GROUP, key="last-handled-configuration"
     )
-    # Events are posted on purpose by the handlers (refusals, failures, Ready); routine handler logs stay logs.
+    # Handlers post events on purpose (refusals, failures, Ready); routine handler logs stay logs.
     settings.posting.level = logging.WARNING
     # Reconnect a silently stalled watch instead of waiting forever.
     settings.watching.server_timeout = 120
@@ -41,11 +43,11 @@ def operator_settings() -> kopf.OperatorSettings:
     return settings
 
 
-def run_operator(policy_path: Path, namespaces: list[str], liveness: str | None = None, verbose: bool = False) -> None:
+def run_operator(
+    policy_path: Path, namespaces: list[str], liveness: str | None = None, verbose: bool = False
+) -> None:
     policy: ClusterPolicy = load_policy(policy_path)
     namespaces = namespaces or list(policy.watch_namespaces)
-    import gymsandbox.handlers  # noqa: F401 - registers the handlers
-
     kopf.configure(verbose=verbose)
     logging.getLogger("kubernetes").setLevel(logging.WARNING)
     context = OperatorContext(policy=policy, kube=Kube(api_client()))

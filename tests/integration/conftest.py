@@ -1,26 +1,33 @@
-"""Integration fixtures: a real control plane (local, or the one KUBECONFIG names) and a namespace per test."""
+"""Integration fixtures: a real control plane (local, or KUBECONFIG's) and a fresh namespace per test."""
 
 from __future__ import annotations
 
 import hashlib
 import importlib.util
 import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client, config
 
+from tests.integration.gymhosts import Hosts
+
 ROOT = Path(__file__).resolve().parents[2]
-LOG_TAIL_LINES = 40
+LOG_TAIL_LINES = 15
 
 
 def _load_cluster_script() -> object:
     spec = importlib.util.spec_from_file_location("gymsandbox_hack_cluster", ROOT / "hack" / "cluster.py")
-    assert spec and spec.loader
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
@@ -37,7 +44,9 @@ class Cluster:
     local: bool  # True when this run uses the local control plane from hack/cluster.py
     logs: Path | None
 
-    def kubectl_run(self, *args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+    def kubectl_run(
+        self, *args: str, stdin: str | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [str(self.kubectl), f"--kubeconfig={self.kubeconfig}", *args],
             input=stdin,
@@ -50,7 +59,7 @@ class Cluster:
 
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Cluster]:
-    """KUBECONFIG's cluster if set; else the local control plane, reused if running, else started and stopped."""
+    """KUBECONFIG's cluster if set; else the local control plane: reused if up, else started and stopped."""
     tools = cluster_script.binaries()  # type: ignore[attr-defined]
     if os.environ.get("KUBECONFIG"):
         yield Cluster(Path(os.environ["KUBECONFIG"]), tools["kubectl"], local=False, logs=None)
@@ -78,7 +87,7 @@ def core(api_client: client.ApiClient) -> client.CoreV1Api:
 
 def _namespace_name(nodeid: str) -> str:
     digest = hashlib.sha256(f"{nodeid}{os.getpid()}{os.urandom(4).hex()}".encode()).hexdigest()[:8]
-    test = nodeid.split("::")[-1].lower().replace("_", "-")
+    test = nodeid.rsplit("::", maxsplit=1)[-1].lower().replace("_", "-")
     cleaned = "".join(ch for ch in test if ch.isalnum() or ch == "-").strip("-")[:40].strip("-")
     return f"t-{cleaned}-{digest}"
 
@@ -94,6 +103,77 @@ def namespace(request: pytest.FixtureRequest, core: client.CoreV1Api) -> Iterato
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels=labels)))
     yield name
     core.delete_namespace(name)
+
+
+@pytest.fixture
+def hosts(api_client: client.ApiClient, namespace: str) -> Hosts:
+    return Hosts(api_client, namespace)
+
+
+@pytest.fixture(scope="session")
+def crds(cluster: Cluster) -> None:
+    """The generated CRDs, installed and Established."""
+    cluster.kubectl_run("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
+    cluster.kubectl_run("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+
+
+# Profiles beyond the sample's, for failure tests: a RuntimeClass that does not exist, and a node pool
+# that no node has.
+TEST_PROFILES: dict[str, Any] = {
+    "ghost": {"runtimeClassName": "ghost-runtime"},
+    "nowhere": {"runtimeClassName": "crun", "nodeSelector": {"gymsandbox.dev/pool": "none-such"}},
+}
+RESYNC_SECONDS = "3"
+
+
+@dataclass
+class OperatorProcess:
+    process: subprocess.Popen[bytes]
+    log: Path
+    policy: dict[str, Any]
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+@pytest.fixture(scope="session")
+def operator(
+    cluster: Cluster, crds: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorProcess]:
+    """The real `gymsandbox operator` CLI as a subprocess, watching all namespaces, with the sample policy."""
+    workdir = tmp_path_factory.mktemp("operator")
+    policy = yaml.safe_load((ROOT / "examples" / "policy.yaml").read_text())
+    policy["runtimeProfiles"].update(TEST_PROFILES)
+    policy_file = workdir / "policy.yaml"
+    policy_file.write_text(yaml.safe_dump(policy))
+    log = workdir / "operator.log"
+    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "GYMSANDBOX_RESYNC_SECONDS": RESYNC_SECONDS}
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [
+                str(Path(sys.executable).parent / "gymsandbox"),
+                "operator",
+                "--policy",
+                str(policy_file),
+                "--verbose",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+    handle = OperatorProcess(process, log, policy)
+    deadline = time.monotonic() + 30
+    while "Starting the watch-stream for gymhosts" not in handle.output():
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the operator did not start:\n{handle.output()[-3000:]}")
+        time.sleep(0.2)
+    yield handle
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 @pytest.hookimpl(wrapper=True)

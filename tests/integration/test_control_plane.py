@@ -10,8 +10,6 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from tests.integration.conftest import Cluster
-
 pytestmark = pytest.mark.integration
 
 T = TypeVar("T")
@@ -94,7 +92,8 @@ def test_deleting_an_owner_deletes_its_dependents(core: client.CoreV1Api, namesp
         api_version="v1", kind="ConfigMap", name="owner", uid=owner.metadata.uid, block_owner_deletion=True
     )
     core.create_namespaced_config_map(
-        namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="dependent", owner_references=[reference]))
+        namespace,
+        client.V1ConfigMap(metadata=client.V1ObjectMeta(name="dependent", owner_references=[reference])),
     )
     core.delete_namespaced_config_map("owner", namespace)
 
@@ -126,8 +125,12 @@ def test_wrong_bearer_token_is_unauthorized(api_client: client.ApiClient, namesp
 def test_service_account_without_binding_is_forbidden(
     core: client.CoreV1Api, api_client: client.ApiClient, namespace: str
 ) -> None:
-    core.create_namespaced_service_account(namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="nobody")))
-    request = client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=600))
+    core.create_namespaced_service_account(
+        namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="nobody"))
+    )
+    request = client.AuthenticationV1TokenRequest(
+        spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=600)
+    )
     token = core.create_namespaced_service_account_token("nobody", namespace, request).status.token
     nobody = _client_with_token(api_client, token)
     with pytest.raises(ApiException) as refused:

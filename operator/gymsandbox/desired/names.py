@@ -1,4 +1,4 @@
-"""Deterministic child names and label values that fit Kubernetes limits, so a restart adopts, not duplicates."""
+"""Deterministic child names and label values within Kubernetes limits: a restart adopts, never duplicates."""
 
 from __future__ import annotations
 
@@ -21,13 +21,19 @@ def fit(value: str, limit: int = DNS_LABEL_MAX) -> str:
 
 
 def child_name(owner: str, suffix: str) -> str:
-    """`<owner>-<suffix>`, shortened to a DNS-1123 label (the Service name needs one, so every child gets one).
+    """`<owner>-<suffix>`, shortened to a DNS-1123 label (Services need one, so every child gets one).
 
-    Service names must also start with a letter; an owner starting with a digit gets a `g` prefix.
+    Service names must also start with a letter and cannot hold dots. An owner that is not such a label
+    already (it starts with a digit, or it is a DNS subdomain such as `llama-3.1-eval`) gets a `g` prefix
+    and dashes for dots, plus a hash of the original so that `1abc` and `g1abc`, or `a.b` and `a-b`, do not
+    share children.
     """
-    base = owner if owner[:1].isalpha() else f"g{owner}"
     room = DNS_LABEL_MAX - len(suffix) - 1
-    return f"{fit(base, room)}-{suffix}"
+    if owner[:1].isalpha() and "." not in owner:
+        return f"{fit(owner, room)}-{suffix}"
+    base = (owner if owner[:1].isalpha() else f"g{owner}").replace(".", "-")
+    prefix = base[: room - _HASH_LEN - 1].rstrip("-")
+    return f"{prefix}-{_short_hash(owner)}-{suffix}"
 
 
 def label_value(value: str) -> str:

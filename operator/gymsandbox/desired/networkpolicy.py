@@ -1,4 +1,4 @@
-"""The host's NetworkPolicy: deny all egress except DNS to the cluster resolver, the broker and the allowlist."""
+"""The host's NetworkPolicy: deny all egress but DNS to the cluster resolver, the broker and the allowlist."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 
 from gymsandbox.desired.labels import host_labels, host_selector
 from gymsandbox.desired.names import child_name
-from gymsandbox.desired.owner import Owner
+from gymsandbox.desired.owner import Manifest, Owner
 from gymsandbox.policy.cluster import ClusterPolicy
 from gymsandbox.policy.egress import ResolvedTarget
 
@@ -47,7 +47,7 @@ def egress_rules(policy: ClusterPolicy, resolved: Sequence[ResolvedTarget]) -> l
     return rules
 
 
-def egress_policy(owner: Owner, policy: ClusterPolicy, resolved: Sequence[ResolvedTarget]) -> dict[str, object]:
+def egress_policy(owner: Owner, policy: ClusterPolicy, resolved: Sequence[ResolvedTarget]) -> Manifest:
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",

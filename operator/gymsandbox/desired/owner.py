@@ -5,10 +5,14 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from typing import Any
 
 from gymsandbox.api.names import API_VERSION, GROUP
 
 TEMPLATE_HASH_ANNOTATION = f"{GROUP}/template-hash"
+
+# A Kubernetes object as plain JSON-shaped data, the way the builders make it and the API returns it.
+Manifest = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -29,7 +33,9 @@ class Owner:
             "blockOwnerDeletion": True,
         }
 
-    def metadata(self, name: str, labels: dict[str, str], annotations: dict[str, str] | None = None) -> dict[str, object]:
+    def metadata(
+        self, name: str, labels: dict[str, str], annotations: dict[str, str] | None = None
+    ) -> dict[str, object]:
         meta: dict[str, object] = {
             "name": name,
             "namespace": self.namespace,

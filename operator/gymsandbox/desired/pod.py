@@ -6,7 +6,7 @@ from gymsandbox.api.gymhost import GymHostSpec
 from gymsandbox.api.names import ENV_BROKER_URL, ENV_LEASE_TOKEN, LEASE_TOKEN_KEY
 from gymsandbox.desired.labels import host_labels
 from gymsandbox.desired.names import child_name
-from gymsandbox.desired.owner import TEMPLATE_HASH_ANNOTATION, Owner, template_hash
+from gymsandbox.desired.owner import TEMPLATE_HASH_ANNOTATION, Manifest, Owner, template_hash
 from gymsandbox.policy.cluster import ClusterPolicy, RuntimeProfile
 
 CONTAINER_NAME = "gym"
@@ -60,7 +60,10 @@ def _env(spec: GymHostSpec, broker_url: str, secret_name: str) -> list[dict[str,
     env: list[dict[str, object]] = [{"name": e.name, "value": e.value} for e in spec.env]
     env.append({"name": ENV_BROKER_URL, "value": broker_url})
     env.append(
-        {"name": ENV_LEASE_TOKEN, "valueFrom": {"secretKeyRef": {"name": secret_name, "key": LEASE_TOKEN_KEY}}}
+        {
+            "name": ENV_LEASE_TOKEN,
+            "valueFrom": {"secretKeyRef": {"name": secret_name, "key": LEASE_TOKEN_KEY}},
+        }
     )
     return env
 
@@ -78,10 +81,18 @@ def _env_from(spec: GymHostSpec) -> list[dict[str, object]]:
 def _mounts_and_volumes(spec: GymHostSpec) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
     storage = spec.storage
     mounts: list[dict[str, object]] = [
-        {"name": STORAGE_VOLUME, "mountPath": storage.environment.mount_path,
-         "subPath": storage.environment.sub_path, "readOnly": True},
-        {"name": STORAGE_VOLUME, "mountPath": storage.workspace.mount_path,
-         "subPath": storage.workspace.sub_path, "readOnly": False},
+        {
+            "name": STORAGE_VOLUME,
+            "mountPath": storage.environment.mount_path,
+            "subPath": storage.environment.sub_path,
+            "readOnly": True,
+        },
+        {
+            "name": STORAGE_VOLUME,
+            "mountPath": storage.workspace.mount_path,
+            "subPath": storage.workspace.sub_path,
+            "readOnly": False,
+        },
         {"name": TMP_VOLUME, "mountPath": "/tmp", "readOnly": False},  # noqa: S108 - the container's own /tmp
     ]
     volumes: list[dict[str, object]] = [
@@ -89,10 +100,20 @@ def _mounts_and_volumes(spec: GymHostSpec) -> tuple[list[dict[str, object]], lis
         {"name": TMP_VOLUME, "emptyDir": {"sizeLimit": "256Mi"}},
     ]
     if storage.dataset:
-        mounts.append({"name": DATASET_VOLUME, "mountPath": storage.dataset.mount_path,
-                       "subPath": storage.dataset.sub_path, "readOnly": True})
-        volumes.append({"name": DATASET_VOLUME,
-                        "persistentVolumeClaim": {"claimName": storage.dataset.claim_name, "readOnly": True}})
+        mounts.append(
+            {
+                "name": DATASET_VOLUME,
+                "mountPath": storage.dataset.mount_path,
+                "subPath": storage.dataset.sub_path,
+                "readOnly": True,
+            }
+        )
+        volumes.append(
+            {
+                "name": DATASET_VOLUME,
+                "persistentVolumeClaim": {"claimName": storage.dataset.claim_name, "readOnly": True},
+            }
+        )
     return mounts, volumes
 
 
@@ -133,7 +154,7 @@ def _scheduling(profile: RuntimeProfile) -> dict[str, object]:
     return scheduling
 
 
-def host_pod(owner: Owner, spec: GymHostSpec, policy: ClusterPolicy, secret_name: str) -> dict[str, object]:
+def host_pod(owner: Owner, spec: GymHostSpec, policy: ClusterPolicy, secret_name: str) -> Manifest:
     """The pod for an admitted spec; the caller has checked that spec.runtime names a known profile."""
     profile = policy.runtime_profiles[spec.runtime]
     _, volumes = _mounts_and_volumes(spec)

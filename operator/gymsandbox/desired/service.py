@@ -5,7 +5,7 @@ from __future__ import annotations
 from gymsandbox.api.gymhost import GymHostSpec
 from gymsandbox.desired.labels import host_labels, host_selector
 from gymsandbox.desired.names import child_name
-from gymsandbox.desired.owner import Owner
+from gymsandbox.desired.owner import Manifest, Owner
 
 
 def host_service_name(owner: Owner) -> str:
@@ -16,7 +16,7 @@ def host_endpoint(owner: Owner, spec: GymHostSpec) -> str:
     return f"http://{host_service_name(owner)}.{owner.namespace}.svc:{spec.port}"
 
 
-def host_service(owner: Owner, spec: GymHostSpec) -> dict[str, object]:
+def host_service(owner: Owner, spec: GymHostSpec) -> Manifest:
     return {
         "apiVersion": "v1",
         "kind": "Service",

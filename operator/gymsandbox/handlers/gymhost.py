@@ -9,7 +9,7 @@ import base64
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 import kopf
 from pydantic import ValidationError
@@ -17,14 +17,21 @@ from pydantic import ValidationError
 from gymsandbox.api.common import validation_message
 from gymsandbox.api.conditions import ConditionType, Reason
 from gymsandbox.api.gymhost import GymHostSpec
-from gymsandbox.api.names import LABEL_COMPONENT, LABEL_MANAGED_BY, LEASE_TOKEN_KEY, MANAGED_BY, VERSION, GROUP
+from gymsandbox.api.names import (
+    GROUP,
+    LABEL_COMPONENT,
+    LABEL_MANAGED_BY,
+    LEASE_TOKEN_KEY,
+    MANAGED_BY,
+    VERSION,
+)
 from gymsandbox.desired.labels import COMPONENT_GYMHOST
 from gymsandbox.desired.networkpolicy import egress_policy
-from gymsandbox.desired.owner import TEMPLATE_HASH_ANNOTATION, Owner
+from gymsandbox.desired.owner import TEMPLATE_HASH_ANNOTATION, Manifest, Owner
 from gymsandbox.desired.pod import CONTAINER_NAME, host_pod, host_pod_name
 from gymsandbox.desired.secret import lease_secret, new_lease_token, token_present
 from gymsandbox.desired.service import host_endpoint, host_service
-from gymsandbox.handlers.context import OperatorContext, RESYNC_SECONDS
+from gymsandbox.handlers.context import RESYNC_SECONDS, OperatorContext
 from gymsandbox.handlers.kube import (
     GYMHOST,
     NETWORK_POLICY,
@@ -35,10 +42,10 @@ from gymsandbox.handlers.kube import (
     SERVICE,
     ChildConflictError,
     Kube,
-    Manifest,
     create_or_adopt,
 )
-from gymsandbox.policy.admission import Refusal, admit_gymhost
+from gymsandbox.policy.admission import Refusal, admit_gymhost, host_ttl_seconds
+from gymsandbox.policy.cluster import ClusterPolicy
 from gymsandbox.policy.egress import EgressError, ResolutionError, ResolvedTarget, egress_targets, resolve
 from gymsandbox.status.conditions import find, merge_conditions
 from gymsandbox.status.gymhost import HostObservation, HostVerdict, compute_host_conditions
@@ -67,11 +74,10 @@ def parse_spec(raw: Mapping[str, Any]) -> GymHostSpec | Refusal:
         return Refusal(Reason.INVALID_SPEC, validation_message(e))
 
 
-def expiry(meta: Mapping[str, Any], spec: GymHostSpec) -> datetime | None:
-    if spec.lifetime.ttl_seconds is None:
-        return None
+def expiry(meta: Mapping[str, Any], spec: GymHostSpec, policy: ClusterPolicy) -> datetime:
+    """Creation plus the TTL (the cluster cap when the spec sets none): every host ends."""
     created = datetime.fromisoformat(str(meta["creationTimestamp"]).replace("Z", "+00:00"))
-    return created + timedelta(seconds=spec.lifetime.ttl_seconds)
+    return created + timedelta(seconds=host_ttl_seconds(spec, policy))
 
 
 def _secret_token(secret: Mapping[str, Any]) -> str | None:
@@ -88,8 +94,9 @@ def ensure_lease_secret(kube: Kube, owner: Owner) -> tuple[str, str | None]:
     return str(secret["metadata"]["name"]), _secret_token(secret)
 
 
-def ensure_network_policy(kube: Kube, owner: Owner, ctx: OperatorContext,
-                          resolved: list[ResolvedTarget]) -> Manifest:
+def ensure_network_policy(
+    kube: Kube, owner: Owner, ctx: OperatorContext, resolved: list[ResolvedTarget]
+) -> Manifest:
     desired = egress_policy(owner, ctx.policy, resolved)
     existing, created = create_or_adopt(kube, desired, owner.uid)
     if not created and existing.get("spec") != desired["spec"]:
@@ -103,8 +110,9 @@ def ensure_service(kube: Kube, owner: Owner, spec: GymHostSpec) -> Manifest:
     want, have = desired["spec"], existing.get("spec", {})
     ports = [{k: p.get(k) for k in ("name", "protocol", "port", "targetPort")} for p in have.get("ports", [])]
     if not created and (have.get("selector") != want["selector"] or ports != want["ports"]):
-        existing = kube.replace(SERVICE, {**existing, "spec": {**have, "selector": want["selector"],
-                                                               "ports": want["ports"]}})
+        existing = kube.replace(
+            SERVICE, {**existing, "spec": {**have, "selector": want["selector"], "ports": want["ports"]}}
+        )
     return existing
 
 
@@ -131,7 +139,9 @@ def ensure_pod(kube: Kube, owner: Owner, desired: Manifest) -> Manifest | None:
         raise ChildConflictError(f"Pod {meta['name']} already exists and is not controlled by this object")
     live_hash = (pod["metadata"].get("annotations") or {}).get(TEMPLATE_HASH_ANNOTATION)
     finished = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
-    if live_hash != meta["annotations"][TEMPLATE_HASH_ANNOTATION] and not pod["metadata"].get("deletionTimestamp"):
+    if live_hash != meta["annotations"][TEMPLATE_HASH_ANNOTATION] and not pod["metadata"].get(
+        "deletionTimestamp"
+    ):
         kube.delete(POD, owner.namespace, meta["name"], uid=pod["metadata"]["uid"])
     elif finished:
         # Report the failure from this reading, then start over: a host is meant to keep serving.
@@ -152,7 +162,8 @@ def logs_tail(kube: Kube, pod: Mapping[str, Any], failure: PodFailure, token: st
         for status in (pod.get("status") or {}).get("containerStatuses") or []:
             if status.get("name") == container:
                 terminated = (status.get("lastState") or {}).get("terminated") or (
-                    (status.get("state") or {}).get("terminated") or {})
+                    (status.get("state") or {}).get("terminated") or {}
+                )
                 text = terminated.get("message")
     if not text:
         return None
@@ -161,8 +172,9 @@ def logs_tail(kube: Kube, pod: Mapping[str, Any], failure: PodFailure, token: st
     return "\n".join(text.splitlines()[-LOG_TAIL_LINES:])[-LOG_TAIL_CHARS:]
 
 
-def observe(ctx: OperatorContext, body: Mapping[str, Any], now: datetime) -> tuple[HostObservation, Children,
-                                                                                    GymHostSpec | None]:
+def observe(
+    ctx: OperatorContext, body: Mapping[str, Any], now: datetime
+) -> tuple[HostObservation, Children, GymHostSpec | None]:
     """Make the world match the spec as far as policy allows, and report what is there."""
     kube, meta = ctx.kube, body["metadata"]
     owner = Owner(KIND, meta["name"], meta["namespace"], meta["uid"])
@@ -173,15 +185,16 @@ def observe(ctx: OperatorContext, body: Mapping[str, Any], now: datetime) -> tup
         delete_pod(kube, owner, pod_name)  # a spec that is no longer admitted must not keep running
         return HostObservation(refusal=refusal), Children(), None
     spec = parsed
-    expires_at = expiry(meta, spec)
-    if expires_at and now >= expires_at:
+    if now >= expiry(meta, spec, ctx.policy):
         delete_pod(kube, owner, pod_name)
         if spec.lifetime.expiry_policy == "Delete":
             kube.delete(GYMHOST, owner.namespace, owner.name, uid=owner.uid)
         return HostObservation(expired=True), Children(), spec
     try:
         resolved: list[ResolvedTarget] | None = resolve(
-            egress_targets(spec.egress), ctx.policy.egress.static_hosts, ctx.resolver,
+            egress_targets(spec.egress),
+            ctx.policy.egress.static_hosts,
+            ctx.resolver,
             allowed_private=ctx.policy.egress.allowed_private_networks,
         )
         egress_error = None
@@ -194,15 +207,18 @@ def observe(ctx: OperatorContext, body: Mapping[str, Any], now: datetime) -> tup
     if resolved is not None:
         network_policy: Manifest | None = ensure_network_policy(kube, owner, ctx, resolved)
     else:
-        network_policy = kube.get(NETWORK_POLICY, owner.namespace, egress_policy(owner, ctx.policy, [])
-                                  ["metadata"]["name"])
+        network_policy = kube.get(
+            NETWORK_POLICY, owner.namespace, egress_policy(owner, ctx.policy, [])["metadata"]["name"]
+        )
     ensure_service(kube, owner, spec)
     children = Children(secret_name, host_endpoint(owner, spec), tuple(resolved or ()), token)
     profile = ctx.policy.runtime_profiles[spec.runtime]
     runtime_missing = None
     if kube.get(RUNTIME_CLASS, None, profile.runtime_class_name) is None:
-        runtime_missing = (f"RuntimeClass {profile.runtime_class_name} (profile {spec.runtime}) does not exist;"
-                           " the pod is not created rather than run in another runtime")
+        runtime_missing = (
+            f"RuntimeClass {profile.runtime_class_name} (profile {spec.runtime}) does not exist;"
+            " the pod is not created rather than run in another runtime"
+        )
     pod = None
     if network_policy is not None and runtime_missing is None:
         pod = ensure_pod(kube, owner, host_pod(owner, spec, ctx.policy, secret_name))
@@ -223,14 +239,17 @@ def status_fields(ctx: OperatorContext, body: Mapping[str, Any], now: datetime) 
     verdict = compute_host_conditions(observation)
     generation = int(meta.get("generation") or 0)
     conditions = merge_conditions(previous.get("conditions") or [], verdict.conditions, generation, now)
-    failure = None
+    failure: dict[str, Any] | None = None
     if verdict.failure:
-        failure = {"kind": str(verdict.failure.kind), "reason": str(verdict.failure.reason),
-                   "message": verdict.failure.message[:4096]}
+        failure = {
+            "kind": str(verdict.failure.kind),
+            "reason": str(verdict.failure.reason),
+            "message": verdict.failure.message[:4096],
+        }
         if observation.pod is not None and verdict.failure.reason in TAILED_REASONS:
             failure["logsTail"] = logs_tail(ctx.kube, observation.pod, verdict.failure, children.token)
     pod = observation.pod or {}
-    expires_at = expiry(meta, spec) if spec else None
+    expires_at = expiry(meta, spec, ctx.policy) if spec else None
     announce(body, previous, verdict)
     return {
         "observedGeneration": generation,
@@ -255,9 +274,9 @@ def announce(body: Mapping[str, Any], previous: Mapping[str, Any], verdict: Host
     if before.get("reason") == now.reason and before.get("status") == now.status_text:
         return
     if verdict.failure:
-        kopf.warn(dict(body), reason=now.reason, message=now.message)
+        kopf.warn(cast(kopf.Body, body), reason=now.reason, message=now.message)
     elif now.status:
-        kopf.info(dict(body), reason=now.reason, message=now.message)
+        kopf.info(cast(kopf.Body, body), reason=now.reason, message=now.message)
 
 
 def _now() -> datetime:
@@ -284,10 +303,15 @@ def pod_changed(body: kopf.Body, type: str | None, memo: kopf.Memo, **_: Any) ->
     owner_ref = next((r for r in body.metadata.get("ownerReferences") or [] if r.get("kind") == KIND), None)
     if owner_ref is None or type is None:
         return
-    host = ctx.kube.get(GYMHOST, body.metadata.namespace, owner_ref["name"])
-    if host is None or host["metadata"]["uid"] != owner_ref["uid"] or host["metadata"].get("deletionTimestamp"):
+    namespace = str(body.metadata.namespace)
+    host = ctx.kube.get(GYMHOST, namespace, owner_ref["name"])
+    if (
+        host is None
+        or host["metadata"]["uid"] != owner_ref["uid"]
+        or host["metadata"].get("deletionTimestamp")
+    ):
         return
-    ctx.kube.patch_status(GYMHOST, body.metadata.namespace, owner_ref["name"], status_fields(ctx, host, _now()))
+    ctx.kube.patch_status(GYMHOST, namespace, owner_ref["name"], status_fields(ctx, host, _now()))
 
 
 @kopf.on.delete(GROUP, VERSION, "gymhosts", retries=5, backoff=2)
@@ -297,5 +321,5 @@ def cleanup(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     Bounded by retries: after them kopf gives up, posts the error and releases the finalizer.
     """
     ctx: OperatorContext = memo.context
-    owner = Owner(KIND, body.metadata.name, body.metadata.namespace, body.metadata.uid)
+    owner = Owner(KIND, str(body.metadata.name), str(body.metadata.namespace), str(body.metadata.uid))
     delete_pod(ctx.kube, owner, host_pod_name(owner))

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
-Manifest = dict[str, Any]
+from gymsandbox.desired.owner import Manifest
 
 
 class ChildConflictError(Exception):
@@ -58,21 +58,39 @@ class Kube:
     def __init__(self, api_client: client.ApiClient) -> None:
         self.api_client = api_client
 
-    def _request(self, method: str, path: str, body: object = None, *, content_type: str = "application/json",
-                 accept: str = "application/json", query: list[tuple[str, str]] | None = None,
-                 timeout: float | None = None) -> bytes:
+    def _request(
+        self,
+        method: str,
+        path: str,
+        body: object = None,
+        *,
+        content_type: str = "application/json",
+        accept: str = "application/json",
+        query: list[tuple[str, str]] | None = None,
+        timeout: float | None = None,
+    ) -> bytes:
         request = self.api_client.param_serialize(
-            method, path, query_params=query or [], body=body,
-            header_params={"Content-Type": content_type, "Accept": accept}, auth_settings=["BearerToken"],
+            method,
+            path,
+            query_params=query or [],
+            body=body,
+            header_params={"Content-Type": content_type, "Accept": accept},
+            auth_settings=["BearerToken"],
         )
         response = self.api_client.call_api(*request, _request_timeout=timeout)
-        data: bytes = response.read() or b""
+        data: bytes = response.read() or b""  # type: ignore[no-untyped-call]
         if not 200 <= response.status <= 299:
             raise ApiException(http_resp=response, body=data.decode(errors="replace"))
         return data
 
-    def _call(self, method: str, path: str, body: object = None, content_type: str = "application/json",
-              query: list[tuple[str, str]] | None = None) -> Manifest:
+    def _call(
+        self,
+        method: str,
+        path: str,
+        body: object = None,
+        content_type: str = "application/json",
+        query: list[tuple[str, str]] | None = None,
+    ) -> Manifest:
         data = self._request(method, path, body, content_type=content_type, query=query)
         return json.loads(data) if data else {}
 
@@ -85,7 +103,9 @@ class Kube:
             raise self._sanitized(kind, e) from None
 
     def list(self, kind: Kind, namespace: str, label_selector: str) -> list[Manifest]:
-        items = self._call("GET", kind.path(namespace), query=[("labelSelector", label_selector)]).get("items", [])
+        items = self._call("GET", kind.path(namespace), query=[("labelSelector", label_selector)]).get(
+            "items", []
+        )
         return list(items)
 
     def create(self, kind: Kind, manifest: Mapping[str, Any]) -> Manifest:
@@ -106,8 +126,9 @@ class Kube:
         for previous in ("true", "false"):
             query = [("container", container), ("tailLines", str(lines)), ("previous", previous)]
             try:
-                data = self._request("GET", POD.path(namespace, pod) + "/log", accept="text/plain", query=query,
-                                     timeout=5)
+                data = self._request(
+                    "GET", POD.path(namespace, pod) + "/log", accept="text/plain", query=query, timeout=5
+                )
             except ApiException:
                 continue
             if data:
@@ -115,11 +136,22 @@ class Kube:
         return None
 
     def patch_status(self, kind: Kind, namespace: str, name: str, status: Mapping[str, Any]) -> Manifest:
-        return self._call("PATCH", kind.path(namespace, name) + "/status", {"status": dict(status)},
-                          content_type="application/merge-patch+json")
+        return self._call(
+            "PATCH",
+            kind.path(namespace, name) + "/status",
+            {"status": dict(status)},
+            content_type="application/merge-patch+json",
+        )
 
-    def delete(self, kind: Kind, namespace: str | None, name: str, *, uid: str | None = None,
-               grace_seconds: int | None = None) -> bool:
+    def delete(
+        self,
+        kind: Kind,
+        namespace: str | None,
+        name: str,
+        *,
+        uid: str | None = None,
+        grace_seconds: int | None = None,
+    ) -> bool:
         """Delete if present (and, with `uid`, only that incarnation); False when already gone."""
         body: dict[str, Any] = {}
         if uid:

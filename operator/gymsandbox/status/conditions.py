@@ -26,7 +26,10 @@ def _timestamp(moment: datetime) -> str:
 
 
 def merge_conditions(
-    existing: Iterable[Mapping[str, object]], computed: Iterable[ConditionState], generation: int, now: datetime
+    existing: Iterable[Mapping[str, object]],
+    computed: Iterable[ConditionState],
+    generation: int,
+    now: datetime,
 ) -> list[dict[str, object]]:
     """The new `status.conditions`: one entry per computed type, in computed order.
 

@@ -34,13 +34,20 @@ class HostVerdict:
         return any(c.type == ConditionType.READY and c.status for c in self.conditions)
 
 
-def _verdict(accepted: ConditionState, egress: ConditionState, scheduled: ConditionState,
-             ready: ConditionState, failure: PodFailure | None = None) -> HostVerdict:
+def _verdict(
+    accepted: ConditionState,
+    egress: ConditionState,
+    scheduled: ConditionState,
+    ready: ConditionState,
+    failure: PodFailure | None = None,
+) -> HostVerdict:
     return HostVerdict([accepted, egress, scheduled, ready], failure)
 
 
 def compute_host_conditions(observed: HostObservation) -> HostVerdict:
-    accepted_ok = ConditionState(ConditionType.ACCEPTED, True, Reason.ACCEPTED, "the spec passed cluster policy")
+    accepted_ok = ConditionState(
+        ConditionType.ACCEPTED, True, Reason.ACCEPTED, "the spec passed cluster policy"
+    )
     if observed.refusal:
         r = observed.refusal
         return _verdict(
@@ -51,45 +58,76 @@ def compute_host_conditions(observed: HostObservation) -> HostVerdict:
             PodFailure(FailureKind.POLICY, r.reason, r.message),
         )
     if observed.egress_error:
-        egress = ConditionState(ConditionType.EGRESS_READY, False, Reason.DNS_RESOLUTION_FAILED, observed.egress_error)
+        egress = ConditionState(
+            ConditionType.EGRESS_READY, False, Reason.DNS_RESOLUTION_FAILED, observed.egress_error
+        )
     else:
-        egress = ConditionState(ConditionType.EGRESS_READY, True, Reason.EGRESS_APPLIED,
-                                "the NetworkPolicy allows exactly DNS, the broker and the allowlist")
+        egress = ConditionState(
+            ConditionType.EGRESS_READY,
+            True,
+            Reason.EGRESS_APPLIED,
+            "the NetworkPolicy allows exactly DNS, the broker and the allowlist",
+        )
     if observed.expired:
         message = "lifetime.ttlSeconds ran out; the pod was removed"
-        return _verdict(accepted_ok, egress,
-                        ConditionState(ConditionType.POD_SCHEDULED, False, Reason.EXPIRED, message),
-                        ConditionState(ConditionType.READY, False, Reason.EXPIRED, message))
+        return _verdict(
+            accepted_ok,
+            egress,
+            ConditionState(ConditionType.POD_SCHEDULED, False, Reason.EXPIRED, message),
+            ConditionState(ConditionType.READY, False, Reason.EXPIRED, message),
+        )
     if observed.egress_error and observed.pod is None:
         message = f"the pod waits for its egress policy: {observed.egress_error}"
-        return _verdict(accepted_ok, egress,
-                        ConditionState(ConditionType.POD_SCHEDULED, False, Reason.EGRESS_NOT_READY, message),
-                        ConditionState(ConditionType.READY, False, Reason.DNS_RESOLUTION_FAILED, message),
-                        PodFailure(FailureKind.INFRASTRUCTURE, Reason.DNS_RESOLUTION_FAILED, message))
-    for problem, reason in ((observed.runtime_class_missing, Reason.RUNTIME_CLASS_NOT_FOUND),
-                            (observed.claim_problem, Reason.PVC_NOT_BOUND)):
+        return _verdict(
+            accepted_ok,
+            egress,
+            ConditionState(ConditionType.POD_SCHEDULED, False, Reason.EGRESS_NOT_READY, message),
+            ConditionState(ConditionType.READY, False, Reason.DNS_RESOLUTION_FAILED, message),
+            PodFailure(FailureKind.INFRASTRUCTURE, Reason.DNS_RESOLUTION_FAILED, message),
+        )
+    for problem, reason in (
+        (observed.runtime_class_missing, Reason.RUNTIME_CLASS_NOT_FOUND),
+        (observed.claim_problem, Reason.PVC_NOT_BOUND),
+    ):
         if problem:
             failure = PodFailure(FailureKind.INFRASTRUCTURE, reason, problem)
-            return _verdict(accepted_ok, egress,
-                            ConditionState(ConditionType.POD_SCHEDULED, False, reason, problem),
-                            ConditionState(ConditionType.READY, False, reason, problem), failure)
+            return _verdict(
+                accepted_ok,
+                egress,
+                ConditionState(ConditionType.POD_SCHEDULED, False, reason, problem),
+                ConditionState(ConditionType.READY, False, reason, problem),
+                failure,
+            )
     if observed.pod is None:
         message = "the pod is being created"
-        return _verdict(accepted_ok, egress,
-                        ConditionState(ConditionType.POD_SCHEDULED, False, Reason.POD_PENDING, message),
-                        ConditionState(ConditionType.READY, False, Reason.POD_PENDING, message))
+        return _verdict(
+            accepted_ok,
+            egress,
+            ConditionState(ConditionType.POD_SCHEDULED, False, Reason.POD_PENDING, message),
+            ConditionState(ConditionType.READY, False, Reason.POD_PENDING, message),
+        )
     reading = read_pod(observed.pod)
     node = (observed.pod.get("spec") or {}).get("nodeName")
-    scheduled = (ConditionState(ConditionType.POD_SCHEDULED, True, Reason.SCHEDULED, f"bound to node {node}")
-                 if reading.scheduled else
-                 ConditionState(ConditionType.POD_SCHEDULED, False,
-                                reading.failure.reason if reading.failure else Reason.POD_PENDING, reading.progress))
+    scheduled = (
+        ConditionState(ConditionType.POD_SCHEDULED, True, Reason.SCHEDULED, f"bound to node {node}")
+        if reading.scheduled
+        else ConditionState(
+            ConditionType.POD_SCHEDULED,
+            False,
+            reading.failure.reason if reading.failure else Reason.POD_PENDING,
+            reading.progress,
+        )
+    )
     if reading.failure:
         ready = ConditionState(ConditionType.READY, False, reading.failure.reason, reading.failure.message)
     elif reading.ready and not observed.egress_error:
-        ready = ConditionState(ConditionType.READY, True, Reason.HOST_READY, "the host serves on its endpoint")
+        ready = ConditionState(
+            ConditionType.READY, True, Reason.HOST_READY, "the host serves on its endpoint"
+        )
     elif reading.ready:
-        ready = ConditionState(ConditionType.READY, False, Reason.EGRESS_NOT_READY, observed.egress_error or "")
+        ready = ConditionState(
+            ConditionType.READY, False, Reason.EGRESS_NOT_READY, observed.egress_error or ""
+        )
     else:
         ready = ConditionState(ConditionType.READY, False, Reason.POD_NOT_READY, reading.progress)
     return _verdict(accepted_ok, egress, scheduled, ready, reading.failure)

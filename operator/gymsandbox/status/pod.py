@@ -10,8 +10,13 @@ from gymsandbox.api.conditions import FailureKind, Reason
 
 IMAGE_PULL_REASONS = frozenset({"ImagePullBackOff", "ErrImagePull", "InvalidImageName", "ErrImageNeverPull"})
 UNBOUND_CLAIM_MARKERS = ("unbound immediate PersistentVolumeClaims", "persistentvolumeclaim")
-INFRASTRUCTURE_POD_REASONS = {"Evicted": Reason.POD_LOST, "Preempting": Reason.POD_LOST, "NodeLost": Reason.POD_LOST,
-                              "Shutdown": Reason.POD_LOST, "Terminated": Reason.POD_LOST}
+INFRASTRUCTURE_POD_REASONS = {
+    "Evicted": Reason.POD_LOST,
+    "Preempting": Reason.POD_LOST,
+    "NodeLost": Reason.POD_LOST,
+    "Shutdown": Reason.POD_LOST,
+    "Terminated": Reason.POD_LOST,
+}
 
 
 @dataclass(frozen=True)
@@ -49,45 +54,68 @@ def _container_failure(status: Mapping[str, Any]) -> PodFailure | None:
     last = _get(status, "lastState", "terminated") or {}
     waiting_reason = waiting.get("reason")
     if waiting_reason in IMAGE_PULL_REASONS:
-        return PodFailure(FailureKind.INFRASTRUCTURE, Reason.IMAGE_PULL_BACK_OFF,
-                          f"container {name}: {waiting_reason}: {waiting.get('message', '')}".strip(), name)
+        return PodFailure(
+            FailureKind.INFRASTRUCTURE,
+            Reason.IMAGE_PULL_BACK_OFF,
+            f"container {name}: {waiting_reason}: {waiting.get('message', '')}".strip(),
+            name,
+        )
     if waiting_reason == "CreateContainerConfigError":
-        return PodFailure(FailureKind.WORKLOAD, Reason.CONTAINER_CONFIG_ERROR,
-                          f"container {name}: {waiting.get('message', '')}".strip(), name)
-    if terminated.get("reason") == "OOMKilled" or (waiting_reason == "CrashLoopBackOff" and last.get("reason") == "OOMKilled"):
-        return PodFailure(FailureKind.WORKLOAD, Reason.OOM_KILLED,
-                          f"container {name} was killed for exceeding its memory limit", name)
+        return PodFailure(
+            FailureKind.WORKLOAD,
+            Reason.CONTAINER_CONFIG_ERROR,
+            f"container {name}: {waiting.get('message', '')}".strip(),
+            name,
+        )
+    if terminated.get("reason") == "OOMKilled" or (
+        waiting_reason == "CrashLoopBackOff" and last.get("reason") == "OOMKilled"
+    ):
+        return PodFailure(
+            FailureKind.WORKLOAD,
+            Reason.OOM_KILLED,
+            f"container {name} was killed for exceeding its memory limit",
+            name,
+        )
     if waiting_reason == "CrashLoopBackOff":
         exit_code = last.get("exitCode")
         detail = f" (last exit code {exit_code})" if exit_code is not None else ""
-        return PodFailure(FailureKind.WORKLOAD, Reason.CRASH_LOOP_BACK_OFF,
-                          f"container {name} keeps crashing{detail}", name)
+        return PodFailure(
+            FailureKind.WORKLOAD, Reason.CRASH_LOOP_BACK_OFF, f"container {name} keeps crashing{detail}", name
+        )
+    return None
+
+
+def _pod_failure(pod: Mapping[str, Any]) -> PodFailure | None:
+    """A failure the pod reports: a container's, the pod phase's, or the scheduler's."""
+    for status in _get(pod, "status", "containerStatuses") or []:
+        failure = _container_failure(status)
+        if failure:
+            return failure
+    if _get(pod, "status", "phase") == "Failed":
+        pod_reason = _get(pod, "status", "reason") or ""
+        message = _get(pod, "status", "message") or "the pod failed"
+        if pod_reason in INFRASTRUCTURE_POD_REASONS:
+            return PodFailure(FailureKind.INFRASTRUCTURE, INFRASTRUCTURE_POD_REASONS[pod_reason], message)
+        return PodFailure(FailureKind.WORKLOAD, Reason.POD_FAILED, message)
+    scheduled = _condition(pod, "PodScheduled") or {}
+    if scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable":
+        message = str(scheduled.get("message", ""))
+        reason = (
+            Reason.PVC_NOT_BOUND if any(m in message for m in UNBOUND_CLAIM_MARKERS) else Reason.UNSCHEDULABLE
+        )
+        return PodFailure(FailureKind.INFRASTRUCTURE, reason, message)
     return None
 
 
 def read_pod(pod: Mapping[str, Any]) -> PodReading:
     scheduled = bool(_get(pod, "spec", "nodeName"))
-    phase = _get(pod, "status", "phase")
-    for status in _get(pod, "status", "containerStatuses") or []:
-        failure = _container_failure(status)
-        if failure:
-            return PodReading(scheduled, False, failure, failure.message)
-    if phase == "Failed":
-        pod_reason = _get(pod, "status", "reason") or ""
-        message = _get(pod, "status", "message") or "the pod failed"
-        if pod_reason in INFRASTRUCTURE_POD_REASONS:
-            return PodReading(scheduled, False, PodFailure(FailureKind.INFRASTRUCTURE,
-                                                           INFRASTRUCTURE_POD_REASONS[pod_reason], message), message)
-        return PodReading(scheduled, False, PodFailure(FailureKind.WORKLOAD, Reason.POD_FAILED, message), message)
+    failure = _pod_failure(pod)
+    if failure:
+        return PodReading(scheduled, False, failure, failure.message)
     if _get(pod, "metadata", "deletionTimestamp"):
         return PodReading(scheduled, False, None, "the pod is terminating")
-    scheduled_condition = _condition(pod, "PodScheduled") or {}
-    if scheduled_condition.get("status") == "False" and scheduled_condition.get("reason") == "Unschedulable":
-        message = str(scheduled_condition.get("message", ""))
-        reason = Reason.PVC_NOT_BOUND if any(m in message for m in UNBOUND_CLAIM_MARKERS) else Reason.UNSCHEDULABLE
-        return PodReading(False, False, PodFailure(FailureKind.INFRASTRUCTURE, reason, message), message)
-    ready = (_condition(pod, "Ready") or {}).get("status") == "True"
-    if phase == "Running" and ready:
+    phase = _get(pod, "status", "phase")
+    if phase == "Running" and (_condition(pod, "Ready") or {}).get("status") == "True":
         return PodReading(scheduled, True, None, "ready")
     progress = "waiting to be scheduled" if not scheduled else f"pod is {phase or 'Pending'}, not Ready yet"
     return PodReading(scheduled, False, None, progress)
