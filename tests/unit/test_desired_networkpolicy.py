@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
+from gymsandbox.api.gymhost import GymHostSpec
 from gymsandbox.desired.labels import host_labels
 from gymsandbox.desired.names import child_name
 from gymsandbox.desired.networkpolicy import egress_policy, egress_policy_name
 from gymsandbox.desired.owner import Owner
 from gymsandbox.desired.service import host_service
-from gymsandbox.api.gymhost import GymHostSpec
 from gymsandbox.policy.cluster import ClusterPolicy, load_policy
 from gymsandbox.policy.egress import ResolvedTarget
 

@@ -1,4 +1,4 @@
-"""The host Pod: Pod Security "restricted", the profile's RuntimeClass, sub-path mounts, no credentials in spec."""
+"""The host Pod: Pod Security "restricted", the profile's RuntimeClass, sub-path mounts, no secrets in it."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ BASE_SPEC: dict[str, Any] = {
 
 
 def make_spec(**changes: Any) -> GymHostSpec:
-    """BASE_SPEC with dotted-path changes such as `**{"resources.gpu": 1}`; a value of None deletes the key."""
+    """BASE_SPEC with dotted-path changes such as `**{"resources.gpu": 1}`; None deletes the key."""
     spec = copy.deepcopy(BASE_SPEC)
     for path, value in changes.items():
         *parents, leaf = path.split(".")

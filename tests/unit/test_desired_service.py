@@ -34,11 +34,11 @@ def test_service_name_is_the_owner_child_name() -> None:
 
 
 def test_service_is_cluster_ip() -> None:
-    assert host_service(OWNER, make_spec())["spec"]["type"] == "ClusterIP"  # type: ignore[index]
+    assert host_service(OWNER, make_spec())["spec"]["type"] == "ClusterIP"
 
 
 def test_service_selects_the_host_pod_by_the_host_selector() -> None:
-    assert host_service(OWNER, make_spec())["spec"]["selector"] == host_selector("swe-gym-run-1")  # type: ignore[index]
+    assert host_service(OWNER, make_spec())["spec"]["selector"] == host_selector("swe-gym-run-1")
 
 
 def test_service_selector_is_a_subset_of_the_host_pod_labels() -> None:
@@ -49,12 +49,12 @@ def test_service_selector_is_a_subset_of_the_host_pod_labels() -> None:
 
 @pytest.mark.parametrize("port", [8080, 80, 65535])
 def test_service_exposes_the_spec_port_onto_the_named_container_port(port: int) -> None:
-    ports = host_service(OWNER, make_spec(port=port))["spec"]["ports"]  # type: ignore[index]
+    ports = host_service(OWNER, make_spec(port=port))["spec"]["ports"]
     assert ports == [{"name": "http", "protocol": "TCP", "port": port, "targetPort": "http"}]
 
 
 def test_service_is_owned_by_the_host() -> None:
-    assert host_service(OWNER, make_spec())["metadata"]["ownerReferences"] == [OWNER.reference()]  # type: ignore[index]
+    assert host_service(OWNER, make_spec())["metadata"]["ownerReferences"] == [OWNER.reference()]
 
 
 @pytest.mark.parametrize(

@@ -122,7 +122,8 @@ def crash_loop_pod(last_terminated: dict[str, Any]) -> dict[str, Any]:
         state={
             "waiting": {
                 "reason": "CrashLoopBackOff",
-                "message": "back-off 40s restarting failed container=gym pod=swe-gym-run-1-host_evals(8d3c2f7e)",
+                "message": "back-off 40s restarting failed container=gym"
+                " pod=swe-gym-run-1-host_evals(8d3c2f7e)",
             }
         },
         last_state={
@@ -150,7 +151,10 @@ def failed_pod(reason: str | None, message: str | None) -> dict[str, Any]:
     return pod
 
 
-PVC_MESSAGE = "0/2 nodes are available: pod has unbound immediate PersistentVolumeClaims. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
+PVC_MESSAGE = (
+    "0/2 nodes are available: pod has unbound immediate PersistentVolumeClaims. preemption: 0/2 nodes are"
+    " available: 2 Preemption is not helpful for scheduling."
+)
 AFFINITY_MESSAGE = (
     "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector. preemption: 0/3 nodes are"
     " available: 3 Preemption is not helpful for scheduling."
@@ -215,7 +219,8 @@ def test_unschedulable_pod_keeps_the_scheduler_message() -> None:
     [
         AFFINITY_MESSAGE,
         "0/2 nodes are available: 2 Insufficient nvidia.com/gpu. preemption: 0/2 nodes are available.",
-        "0/4 nodes are available: 1 node(s) had untolerated taint {gymsandbox.dev/runtime: kata}, 3 Insufficient cpu.",
+        "0/4 nodes are available: 1 node(s) had untolerated taint {gymsandbox.dev/runtime: kata},"
+        " 3 Insufficient cpu.",
     ],
 )
 def test_other_unschedulable_pod_is_unschedulable_infrastructure(message: str) -> None:

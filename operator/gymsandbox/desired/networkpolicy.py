@@ -38,6 +38,8 @@ def egress_rules(policy: ClusterPolicy, resolved: Sequence[ResolvedTarget]) -> l
         },
     ]
     for target in resolved:
+        if not target.cidrs:
+            continue  # `to: []` would mean every destination: an entry with no address allows nothing
         rules.append(
             {
                 "to": [{"ipBlock": {"cidr": cidr}} for cidr in target.cidrs],

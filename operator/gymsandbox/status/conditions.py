@@ -48,7 +48,9 @@ def merge_conditions(
                 "reason": state.reason,
                 "message": state.message[:32768],
                 "observedGeneration": generation,
-                "lastTransitionTime": _timestamp(now) if flipped else before["lastTransitionTime"],  # type: ignore[index]
+                "lastTransitionTime": kept
+                if (kept := None if flipped else (before or {}).get("lastTransitionTime"))
+                else _timestamp(now),
             }
         )
     return merged

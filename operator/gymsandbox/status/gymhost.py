@@ -129,5 +129,7 @@ def compute_host_conditions(observed: HostObservation) -> HostVerdict:
             ConditionType.READY, False, Reason.EGRESS_NOT_READY, observed.egress_error or ""
         )
     else:
-        ready = ConditionState(ConditionType.READY, False, Reason.POD_NOT_READY, reading.progress)
+        terminating = bool((observed.pod.get("metadata") or {}).get("deletionTimestamp"))
+        reason = Reason.POD_TERMINATING if terminating else Reason.POD_NOT_READY
+        ready = ConditionState(ConditionType.READY, False, reason, reading.progress)
     return _verdict(accepted_ok, egress, scheduled, ready, reading.failure)

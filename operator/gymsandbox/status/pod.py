@@ -10,6 +10,7 @@ from gymsandbox.api.conditions import FailureKind, Reason
 
 IMAGE_PULL_REASONS = frozenset({"ImagePullBackOff", "ErrImagePull", "InvalidImageName", "ErrImageNeverPull"})
 UNBOUND_CLAIM_MARKERS = ("unbound immediate PersistentVolumeClaims", "persistentvolumeclaim")
+KUBELET_ADMISSION_REASONS = frozenset({"NodeAffinity", "UnexpectedAdmissionError", "NodeShutdown"})
 INFRASTRUCTURE_POD_REASONS = {
     "Evicted": Reason.POD_LOST,
     "Preempting": Reason.POD_LOST,
@@ -94,6 +95,9 @@ def _pod_failure(pod: Mapping[str, Any]) -> PodFailure | None:
     if _get(pod, "status", "phase") == "Failed":
         pod_reason = _get(pod, "status", "reason") or ""
         message = _get(pod, "status", "message") or "the pod failed"
+        # The kubelet refuses a pod it cannot host with OutOfcpu, OutOfmemory, NodeAffinity, ...: not the workload.
+        if pod_reason.startswith("OutOf") or pod_reason in KUBELET_ADMISSION_REASONS:
+            return PodFailure(FailureKind.INFRASTRUCTURE, Reason.POD_LOST, f"{pod_reason}: {message}")
         if pod_reason in INFRASTRUCTURE_POD_REASONS:
             return PodFailure(FailureKind.INFRASTRUCTURE, INFRASTRUCTURE_POD_REASONS[pod_reason], message)
         return PodFailure(FailureKind.WORKLOAD, Reason.POD_FAILED, message)
