@@ -30,9 +30,11 @@ cluster-up: venv binaries ## start the local control plane (or reuse the running
 cluster-down: venv ## stop the local control plane and remove .cluster/
 	$(CLUSTER) down
 
+LINTED := $(wildcard operator tests hack bench)
+
 lint: venv ## ruff and mypy (strict)
-	$(VENV)/bin/ruff check operator tests hack bench
-	$(VENV)/bin/ruff format --check operator tests hack bench
+	$(VENV)/bin/ruff check $(LINTED)
+	$(VENV)/bin/ruff format --check $(LINTED)
 	$(VENV)/bin/mypy
 
 crds: venv ## regenerate crds/ from the models

@@ -210,6 +210,16 @@ def _column(column: PrinterColumn) -> Schema:
 
 def custom_resource_definition(resource: CustomResource) -> Schema:
     """The apiextensions.k8s.io/v1 CustomResourceDefinition of `resource`."""
+    version: Schema = {
+        "name": VERSION,
+        "served": True,
+        "storage": True,
+        "subresources": {"status": {}},
+        "additionalPrinterColumns": [_column(column) for column in resource.columns],
+        "schema": {"openAPIV3Schema": openapi_schema(resource)},
+    }
+    if resource.selectable_fields:
+        version["selectableFields"] = [{"jsonPath": path} for path in resource.selectable_fields]
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -225,16 +235,7 @@ def custom_resource_definition(resource: CustomResource) -> Schema:
                 "categories": [CATEGORY],
             },
             "scope": "Namespaced",
-            "versions": [
-                {
-                    "name": VERSION,
-                    "served": True,
-                    "storage": True,
-                    "subresources": {"status": {}},
-                    "additionalPrinterColumns": [_column(column) for column in resource.columns],
-                    "schema": {"openAPIV3Schema": openapi_schema(resource)},
-                }
-            ],
+            "versions": [version],
         },
     }
 

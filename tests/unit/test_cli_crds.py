@@ -14,7 +14,10 @@ GYMHOSTS = "gymhosts.gymsandbox.dev.yaml"
 def test_crds_writes_one_file_per_resource(tmp_path: Path) -> None:
     assert main(["crds", "--output-dir", str(tmp_path / "crds")]) == 0
 
-    assert [path.name for path in (tmp_path / "crds").iterdir()] == [GYMHOSTS]
+    assert sorted(path.name for path in (tmp_path / "crds").iterdir()) == [
+        "episodesandboxes.gymsandbox.dev.yaml",
+        GYMHOSTS,
+    ]
 
 
 def test_crds_writes_into_crds_of_the_working_directory_by_default(

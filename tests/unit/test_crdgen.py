@@ -450,7 +450,10 @@ def test_rendered_yaml_uses_no_anchors_or_aliases() -> None:
 
 
 def test_one_file_per_resource_named_plural_dot_group() -> None:
-    assert list(render_crd_files()) == ["gymhosts.gymsandbox.dev.yaml"]
+    assert sorted(render_crd_files()) == [
+        "episodesandboxes.gymsandbox.dev.yaml",
+        "gymhosts.gymsandbox.dev.yaml",
+    ]
 
 
 # --- drift ----------------------------------------------------------------------------------------------

@@ -32,6 +32,14 @@ def list_map(*keys: str) -> JsonDict:
     return {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": list(keys)}
 
 
+def cel(rule: str, message: str, *, reason: str | None = None) -> JsonDict:
+    """One `x-kubernetes-validations` entry: a CEL rule the API server enforces, and its refusal message."""
+    out: JsonDict = {"rule": rule, "message": message}
+    if reason:
+        out["reason"] = reason
+    return out
+
+
 class Model(BaseModel):
     """Frozen, camelCase on the wire, unknown fields refused.
 

@@ -9,7 +9,8 @@ class ConditionType(StrEnum):
     ACCEPTED = "Accepted"  # the spec passed cluster policy
     EGRESS_READY = "EgressReady"  # the NetworkPolicy encodes the resolved allowlist
     POD_SCHEDULED = "PodScheduled"  # the pod is bound to a node of its runtime
-    READY = "Ready"  # summary: the host serves on status.endpoint
+    READY = "Ready"  # summary: the host serves on status.endpoint / the episode sandbox is usable
+    ADMITTED = "Admitted"  # the episode holds one of its host's concurrency slots
 
 
 class Reason(StrEnum):
@@ -23,6 +24,15 @@ class Reason(StrEnum):
     EGRESS_OVER_CAP = "EgressOverCap"
     EGRESS_INVALID = "EgressInvalid"
     EPISODES_OVER_CAP = "EpisodesOverCap"
+    # Admitted (EpisodeSandbox)
+    ADMITTED = "Admitted"
+    QUEUED_CONCURRENCY_LIMIT = "QueuedConcurrencyLimit"
+    ADMISSION_TIMEOUT = "AdmissionTimeout"
+    HOST_NOT_FOUND = "HostNotFound"
+    HOST_NOT_READY = "HostNotReady"
+    EGRESS_NOT_SUBSET = "EgressNotSubset"
+    WORKSPACE_OUTSIDE_HOST = "WorkspaceOutsideHost"
+    SANDBOX_READY = "SandboxReady"
     # EgressReady
     EGRESS_APPLIED = "EgressApplied"
     DNS_RESOLUTION_FAILED = "DNSResolutionFailed"

@@ -7,7 +7,6 @@ from datetime import datetime
 from typing import Annotated
 
 from pydantic import ConfigDict, Field, model_validator
-from pydantic.config import JsonDict
 
 from gymsandbox.api.common import (
     DNS_LABEL_PATTERN,
@@ -20,6 +19,7 @@ from gymsandbox.api.common import (
     Lifetime,
     Model,
     Resources,
+    cel,
     list_map,
 )
 from gymsandbox.api.names import ENV_PREFIX_RESERVED
@@ -50,13 +50,6 @@ DnsSubdomain = Annotated[
 ]
 
 
-def _cel(rule: str, message: str, *, reason: str | None = None) -> JsonDict:
-    out: JsonDict = {"rule": rule, "message": message}
-    if reason:
-        out["reason"] = reason
-    return out
-
-
 class SubPathMount(Model):
     sub_path: str = Field(
         pattern=SUB_PATH_PATTERN,
@@ -78,13 +71,13 @@ class Storage(Model):
     model_config = ConfigDict(
         json_schema_extra={
             "x-kubernetes-validations": [
-                _cel(
+                cel(
                     "self.environment.subPath != self.workspace.subPath"
                     " && !self.workspace.subPath.startsWith(self.environment.subPath + '/')"
                     " && !self.environment.subPath.startsWith(self.workspace.subPath + '/')",
                     "environment.subPath and workspace.subPath must differ and neither may contain the other",
                 ),
-                _cel(
+                cel(
                     "self.environment.mountPath != self.workspace.mountPath"
                     " && (!has(self.dataset) || (self.dataset.mountPath != self.environment.mountPath"
                     " && self.dataset.mountPath != self.workspace.mountPath))",
@@ -133,11 +126,11 @@ class EnvVar(Model):
     model_config = ConfigDict(
         json_schema_extra={
             "x-kubernetes-validations": [
-                _cel(
+                cel(
                     f"!self.name.matches('{CREDENTIAL_NAME_PATTERN}')",
                     "this name looks like a credential: pass credentials with envFrom secret references",
                 ),
-                _cel(
+                cel(
                     f"!self.name.startsWith('{ENV_PREFIX_RESERVED}')",
                     f"names starting with {ENV_PREFIX_RESERVED} are reserved for the operator",
                 ),
@@ -174,7 +167,7 @@ class Episodes(Model):
     model_config = ConfigDict(
         json_schema_extra={
             "x-kubernetes-validations": [
-                _cel(
+                cel(
                     "self.defaultTTLSeconds <= self.maxTTLSeconds",
                     "defaultTTLSeconds must not exceed maxTTLSeconds",
                 )
@@ -213,8 +206,8 @@ class GymHostSpec(Model):
     model_config = ConfigDict(
         json_schema_extra={
             "x-kubernetes-validations": [
-                _cel("self.runtime == oldSelf.runtime", "runtime is immutable", reason="FieldValueForbidden"),
-                _cel("self.storage == oldSelf.storage", "storage is immutable", reason="FieldValueForbidden"),
+                cel("self.runtime == oldSelf.runtime", "runtime is immutable", reason="FieldValueForbidden"),
+                cel("self.storage == oldSelf.storage", "storage is immutable", reason="FieldValueForbidden"),
             ]
         }
     )

@@ -10,6 +10,7 @@ from typing import Literal
 
 from gymsandbox.api.common import Model
 from gymsandbox.api.conditions import ConditionType
+from gymsandbox.api.episode import EpisodeSandboxSpec, EpisodeSandboxStatus
 from gymsandbox.api.gymhost import GymHostSpec, GymHostStatus
 from gymsandbox.api.names import GROUP
 
@@ -34,6 +35,8 @@ class CustomResource:
     spec: type[Model]
     status: type[Model]
     columns: tuple[PrinterColumn, ...]
+    # Fields usable in a list's fieldSelector (the operator lists a host's episodes by .spec.hostRef.name).
+    selectable_fields: tuple[str, ...] = ()
 
     @property
     def singular(self) -> str:
@@ -66,4 +69,21 @@ GYMHOST = CustomResource(
     ),
 )
 
-RESOURCES: tuple[CustomResource, ...] = (GYMHOST,)
+EPISODE_SANDBOX = CustomResource(
+    kind="EpisodeSandbox",
+    plural="episodesandboxes",
+    short_names=("esb",),
+    description="A short-lived sandbox for one episode, owned by a GymHost, admitted under its caps.",
+    spec=EpisodeSandboxSpec,
+    status=EpisodeSandboxStatus,
+    columns=(
+        READY_COLUMN,
+        REASON_COLUMN,
+        PrinterColumn("Host", ".spec.hostRef.name"),
+        RUNTIME_COLUMN,
+        AGE_COLUMN,
+    ),
+    selectable_fields=(".spec.hostRef.name",),
+)
+
+RESOURCES: tuple[CustomResource, ...] = (GYMHOST, EPISODE_SANDBOX)

@@ -10,7 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from gymsandbox.api.common import Resources
 from gymsandbox.api.conditions import Reason
+from gymsandbox.api.episode import EpisodeResources
 from gymsandbox.api.gymhost import GymHostSpec
 from gymsandbox.policy.cluster import ClusterPolicy, image_approved
 from gymsandbox.policy.egress import EgressError, check_forbidden, egress_targets
@@ -75,7 +77,12 @@ def check_ttl(spec: GymHostSpec, policy: ClusterPolicy) -> Refusal | None:
 
 
 def check_resources(spec: GymHostSpec, policy: ClusterPolicy) -> Refusal | None:
-    caps, asked = policy.caps, spec.resources
+    return resources_refusal(spec.resources, policy)
+
+
+def resources_refusal(asked: Resources | EpisodeResources, policy: ClusterPolicy) -> Refusal | None:
+    """The first of cpu, memory, ephemeral storage and gpu over the cluster's cap, or None."""
+    caps = policy.caps
     for field, value, cap in (
         ("resources.cpu", asked.cpu, caps.max_cpu),
         ("resources.memory", asked.memory, caps.max_memory),

@@ -148,10 +148,10 @@ def check_host_name(name: str) -> str:
 
 def is_private_range(network: IPNetwork) -> bool:
     """Whether the network lies entirely inside one of the private ranges an admin may open."""
-    return any(_within(network, r.network) for r in _PRIVATE)
+    return any(network_within(network, r.network) for r in _PRIVATE)
 
 
-def _within(inner: IPNetwork, outer: IPNetwork) -> bool:
+def network_within(inner: IPNetwork, outer: IPNetwork) -> bool:
     if isinstance(inner, ipaddress.IPv4Network) and isinstance(outer, ipaddress.IPv4Network):
         return inner.subnet_of(outer)
     if isinstance(inner, ipaddress.IPv6Network) and isinstance(outer, ipaddress.IPv6Network):
@@ -182,7 +182,9 @@ def _forbidden(network: IPNetwork, allowed_private: Sequence[IPNetwork]) -> str 
         if _overlaps(network, forbidden.network):
             return f"{what} {relation} the {forbidden.label} range {forbidden.network}{forbidden.note}"
     for private in _PRIVATE:
-        if _overlaps(network, private.network) and not any(_within(network, a) for a in allowed_private):
+        if _overlaps(network, private.network) and not any(
+            network_within(network, a) for a in allowed_private
+        ):
             return (
                 f"{what} {relation} the {private.label} range {private.network}{private.note}, which the"
                 " cluster policy does not open (egress.allowedPrivateCIDRs)"

@@ -95,7 +95,7 @@ def _pod_failure(pod: Mapping[str, Any]) -> PodFailure | None:
     if _get(pod, "status", "phase") == "Failed":
         pod_reason = _get(pod, "status", "reason") or ""
         message = _get(pod, "status", "message") or "the pod failed"
-        # The kubelet refuses a pod it cannot host with OutOfcpu, OutOfmemory, NodeAffinity, ...: not the workload.
+        # The kubelet refused a pod it cannot host (OutOfcpu, NodeAffinity, ...): not the workload.
         if pod_reason.startswith("OutOf") or pod_reason in KUBELET_ADMISSION_REASONS:
             return PodFailure(FailureKind.INFRASTRUCTURE, Reason.POD_LOST, f"{pod_reason}: {message}")
         if pod_reason in INFRASTRUCTURE_POD_REASONS:

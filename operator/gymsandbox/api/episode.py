@@ -1,0 +1,199 @@
+"""EpisodeSandbox: a short-lived sandbox for one episode, owned by a GymHost in the same namespace."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Annotated
+
+from pydantic import ConfigDict, Field, model_validator
+
+from gymsandbox.api.common import (
+    DNS_LABEL_PATTERN,
+    MOUNT_PATH_PATTERN,
+    SUB_PATH_PATTERN,
+    Conditions,
+    Failure,
+    Model,
+    Quantity,
+    cel,
+    list_map,
+)
+from gymsandbox.api.gymhost import DnsSubdomain, EgressEntry, Image
+from gymsandbox.api.names import GROUP
+
+# Any name a process can take: no "=" and no NUL (execve would split or cut it).
+EPISODE_ENV_NAME_PATTERN = r"^[^=\x00]+$"
+ROLLOUT_ID_PATTERN = r"^[A-Za-z0-9]([A-Za-z0-9._:-]*[A-Za-z0-9])?$"
+LABEL_KEY_PATTERN = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$"
+# Fields that shape the pod: fixed once created. Only lifetime (renewal) may change.
+IMMUTABLE_FIELDS = (
+    "hostRef",
+    "rolloutId",
+    "image",
+    "runtime",
+    "command",
+    "args",
+    "user",
+    "workdir",
+    "env",
+    "resources",
+    "egress",
+    "workspace",
+    "labels",
+)
+MAX_UID = 2_147_483_647
+
+
+def _unchanged(field: str) -> str:
+    present = f"has(self.{field}) == has(oldSelf.{field})"
+    return f"{present} && (!has(self.{field}) || self.{field} == oldSelf.{field})"
+
+
+class HostReference(Model):
+    name: DnsSubdomain = Field(description="The GymHost in the same namespace that owns this episode.")
+
+
+class EpisodeEnvVar(Model):
+    name: str = Field(pattern=EPISODE_ENV_NAME_PATTERN, min_length=1, max_length=256, description="Name.")
+    value: str = Field("", max_length=32768, description="Value.")
+
+
+class EpisodeResources(Model):
+    """Requests equal limits. Checked against the cluster's caps at admission."""
+
+    cpu: Quantity = Field("500m", description="CPU, e.g. 500m or 2.")
+    memory: Quantity = Field("512Mi", description="Memory, e.g. 512Mi.")
+    ephemeral_storage: Quantity = Field("1Gi", description="Scratch disk outside mounted volumes.")
+    gpu: int = Field(0, ge=0, le=16, description="Number of nvidia.com/gpu devices.")
+
+
+class EpisodeLifetime(Model):
+    ttl_seconds: int | None = Field(
+        None,
+        ge=1,
+        le=86_400,
+        description="Seconds from admission until the episode is reaped (default: the host's"
+        " episodes.defaultTTLSeconds). Raise it to renew, up to the host's episodes.maxTTLSeconds.",
+    )
+
+
+class EpisodeEgress(Model):
+    allow: list[EgressEntry] = Field(
+        default_factory=list,
+        max_length=32,
+        description="host:port entries, each covered by the host's allowlist. Empty: no egress at all.",
+    )
+
+
+class EpisodeWorkspace(Model):
+    sub_path: str = Field(
+        pattern=SUB_PATH_PATTERN,
+        max_length=253,
+        description="Directory in the host's claim, inside the host's workspace sub-path; read-write.",
+    )
+    mount_path: str = Field("/workspace", pattern=MOUNT_PATH_PATTERN, max_length=253, description="Where.")
+
+
+class EpisodeSandboxSpec(Model):
+    """What one episode runs. Everything but lifetime is fixed at creation."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(_unchanged(f), f"{f} is immutable", reason="FieldValueForbidden")
+                for f in IMMUTABLE_FIELDS
+            ]
+        }
+    )
+
+    host_ref: HostReference = Field(description="The owning GymHost (same namespace).")
+    rollout_id: str = Field(
+        pattern=ROLLOUT_ID_PATTERN,
+        min_length=1,
+        max_length=253,
+        description="The rollout this episode serves; operate leases are bound to it.",
+    )
+    image: Image = Field(
+        description="Container image; approved by cluster policy and the host's episodes.images."
+    )
+    runtime: str | None = Field(
+        None,
+        pattern=DNS_LABEL_PATTERN,
+        max_length=63,
+        description="Runtime profile; must be the host's episodes.runtime (default) or the host's runtime.",
+    )
+    command: list[Annotated[str, Field(max_length=4096)]] | None = Field(
+        None, max_length=64, description="Entrypoint override."
+    )
+    args: list[Annotated[str, Field(max_length=4096)]] | None = Field(
+        None, max_length=256, description="Arguments."
+    )
+    user: int = Field(65532, ge=1, le=MAX_UID, description="Numeric uid to run as (never 0, never a name).")
+    workdir: str | None = Field(
+        None, pattern=MOUNT_PATH_PATTERN, max_length=253, description="Working directory."
+    )
+    env: list[EpisodeEnvVar] = Field(
+        default_factory=list,
+        max_length=128,
+        description="Environment variables.",
+        json_schema_extra=list_map("name"),
+    )
+    resources: EpisodeResources = Field(default_factory=EpisodeResources, description="Compute resources.")
+    lifetime: EpisodeLifetime = Field(default_factory=EpisodeLifetime, description="Time to live.")
+    egress: EpisodeEgress = Field(
+        default_factory=EpisodeEgress, description="Network allowlist (subset of host's)."
+    )
+    workspace: EpisodeWorkspace | None = Field(
+        None, description="Optional read-write directory in the host's claim."
+    )
+    labels: dict[str, Annotated[str, Field(pattern=LABEL_VALUE_PATTERN, max_length=63)]] = Field(
+        default_factory=dict,
+        max_length=32,
+        description=f"Labels for the sandbox pod; keys under {GROUP}/ are reserved.",
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel(
+                    f"self.all(k, k.size() <= 253 && k.matches(r'{LABEL_KEY_PATTERN}'))",
+                    "label keys must be valid",
+                ),
+                cel(f"self.all(k, !k.startsWith('{GROUP}/'))", f"label keys under {GROUP}/ are reserved"),
+            ]
+        },
+    )
+    admission_timeout_seconds: int | None = Field(
+        None,
+        ge=1,
+        le=86_400,
+        description="Give up waiting for a concurrency slot after this long (Ready=False, AdmissionTimeout).",
+    )
+
+    @model_validator(mode="after")
+    def _no_reserved_labels(self) -> EpisodeSandboxSpec:
+        invalid = sorted(k for k in self.labels if len(k) > 253 or not re.match(LABEL_KEY_PATTERN, k))
+        if invalid:
+            raise ValueError(f"invalid label keys: {', '.join(invalid)}")
+        reserved = sorted(k for k in self.labels if k.startswith(f"{GROUP}/"))
+        if reserved:
+            raise ValueError(f"label keys under {GROUP}/ are reserved: {', '.join(reserved)}")
+        return self
+
+
+class EpisodeSandboxStatus(Model):
+    """Observed state. Ready is the summary; Admitted says whether the episode holds a slot or waits."""
+
+    observed_generation: int | None = Field(None, description="The generation the status was computed from.")
+    conditions: Conditions = Field(default_factory=list, description="Admitted, PodScheduled, Ready.")
+    queue_position: int | None = Field(None, ge=1, description="1 for the next episode to be admitted.")
+    admitted_at: datetime | None = Field(None, description="When the episode took a concurrency slot.")
+    expires_at: datetime | None = Field(
+        None, description="admittedAt + ttlSeconds; the reaper deletes it then."
+    )
+    pod_name: str | None = Field(None, description="The sandbox pod.")
+    pod_ip: str | None = Field(None, alias="podIP", description="The sandbox pod's IP.")
+    lease_secret_name: str | None = Field(None, description="Secret holding the owner lease token.")
+    failure: Failure | None = Field(None, description="Why the episode cannot become Ready, classified.")

@@ -1,0 +1,55 @@
+"""FIFO admission under a host's episodes.maxConcurrent, decided from one listing of the host's episodes.
+
+The decision is pure; the caller lists the episodes (a quorum read, so its own earlier admissions are
+seen), applies the plan, and holds a per-host lock so two plans never overlap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+
+@dataclass(frozen=True)
+class EpisodeSlot:
+    """One episode as the planner sees it."""
+
+    name: str
+    created: datetime
+    admitted: bool = False
+    closing: bool = False  # being deleted: its slot is already given back
+    admissible: bool = True  # False when policy refused it or it timed out: it never queues
+    expires_at: datetime | None = None  # for admitted episodes
+    wait_deadline: datetime | None = None  # created + admissionTimeoutSeconds, when set
+
+
+@dataclass(frozen=True)
+class QueuePlan:
+    admit: list[str] = field(default_factory=list)  # take a slot now, in FIFO order
+    positions: dict[str, int] = field(default_factory=dict)  # still waiting: 1 is next
+    timed_out: list[str] = field(default_factory=list)  # waited longer than admissionTimeoutSeconds
+    expired: list[str] = field(default_factory=list)  # admitted and past expiresAt: reap
+    active: int = 0  # slots held after this plan
+    queued: int = 0  # waiting after this plan
+
+
+def plan_queue(episodes: Sequence[EpisodeSlot], max_concurrent: int, now: datetime) -> QueuePlan:
+    live = [e for e in episodes if not e.closing]
+    holding = [e for e in live if e.admitted]
+    expired = [e.name for e in holding if e.expires_at is not None and now >= e.expires_at]
+    # An expired episode keeps its slot until it is deleted: the reaper frees it, not the planner.
+    waiting = sorted((e for e in live if not e.admitted and e.admissible), key=lambda e: (e.created, e.name))
+    free = max(0, max_concurrent - len(holding))
+    admit = [e.name for e in waiting[:free]]
+    still_waiting = waiting[free:]
+    timed_out = [e.name for e in still_waiting if e.wait_deadline is not None and now >= e.wait_deadline]
+    queue = [e.name for e in still_waiting if e.name not in timed_out]
+    return QueuePlan(
+        admit=admit,
+        positions={name: position for position, name in enumerate(queue, start=1)},
+        timed_out=timed_out,
+        expired=expired,
+        active=len(holding) + len(admit),
+        queued=len(queue),
+    )
