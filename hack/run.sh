@@ -12,6 +12,7 @@ fi
 policy=${GYMSANDBOX_POLICY:-examples/policy.yaml}
 sample=${GYMSANDBOX_SAMPLE:-examples/gymhost.yaml}
 
+"$kubectl" create namespace gymsandbox-system --dry-run=client -o yaml | "$kubectl" apply -f -
 "$kubectl" apply --server-side --force-conflicts -f crds/
 "$kubectl" wait --for=condition=Established --timeout=60s -f crds/
 

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gymsandbox import __version__, crdgen
+from gymsandbox.handlers.leases import SigningKeyError
 from gymsandbox.policy.cluster import PolicyError
 from gymsandbox.runner import run_operator
 
@@ -35,6 +36,11 @@ def _parser() -> argparse.ArgumentParser:
     operator.add_argument(
         "--liveness", help="serve kopf's liveness probe here, e.g. http://0.0.0.0:8080/healthz"
     )
+    operator.add_argument(
+        "--operator-namespace",
+        default=os.environ.get("GYMSANDBOX_NAMESPACE", "gymsandbox-system"),
+        help="where the lease signing key lives (default: $GYMSANDBOX_NAMESPACE or gymsandbox-system)",
+    )
     operator.add_argument("--verbose", action="store_true", help="log handler activity")
     return parser
 
@@ -44,7 +50,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "crds":
         return _crds(args.output_dir, check=args.check)
     if args.command == "operator":
-        return _operator(args.policy, args.namespace, liveness=args.liveness, verbose=args.verbose)
+        return _operator(
+            args.policy, args.namespace, args.operator_namespace, liveness=args.liveness, verbose=args.verbose
+        )
     print(__version__)
     return 0
 
@@ -65,7 +73,9 @@ def _crds(output_dir: Path, *, check: bool) -> int:
     return 1
 
 
-def _operator(policy: str | None, namespaces: list[str], *, liveness: str | None, verbose: bool) -> int:
+def _operator(
+    policy: str | None, namespaces: list[str], operator_namespace: str, *, liveness: str | None, verbose: bool
+) -> int:
     policy = policy or os.environ.get("GYMSANDBOX_POLICY")
     if not policy:
         print(
@@ -74,8 +84,8 @@ def _operator(policy: str | None, namespaces: list[str], *, liveness: str | None
         )
         return 2
     try:
-        run_operator(Path(policy), namespaces, liveness=liveness, verbose=verbose)
-    except PolicyError as e:
+        run_operator(Path(policy), namespaces, operator_namespace, liveness=liveness, verbose=verbose)
+    except (PolicyError, SigningKeyError) as e:
         print(f"gymsandbox operator: refusing to start: {e}", file=sys.stderr)
         return 2
     return 0

@@ -13,6 +13,7 @@ import gymsandbox.handlers  # noqa: F401 - importing registers the handlers with
 from gymsandbox.api.names import FINALIZER, GROUP
 from gymsandbox.handlers.context import OperatorContext
 from gymsandbox.handlers.kube import Kube
+from gymsandbox.handlers.leases import ensure_signing_key
 from gymsandbox.policy.cluster import ClusterPolicy, load_policy
 
 
@@ -40,17 +41,28 @@ def operator_settings() -> kopf.OperatorSettings:
     settings.watching.server_timeout = 120
     settings.watching.client_timeout = 150
     settings.watching.connect_timeout = 10
+    # A timer may delete its own object (expiry); kopf then waits for that timer to exit before it
+    # releases the finalizer, checking every this many seconds (its default is 60).
+    settings.background.cancellation_polling = 1
     return settings
 
 
 def run_operator(
-    policy_path: Path, namespaces: list[str], liveness: str | None = None, verbose: bool = False
+    policy_path: Path,
+    namespaces: list[str],
+    operator_namespace: str,
+    *,
+    liveness: str | None = None,
+    verbose: bool = False,
 ) -> None:
     policy: ClusterPolicy = load_policy(policy_path)
     namespaces = namespaces or list(policy.watch_namespaces)
     kopf.configure(verbose=verbose)
     logging.getLogger("kubernetes").setLevel(logging.WARNING)
-    context = OperatorContext(policy=policy, kube=Kube(api_client()))
+    kube = Kube(api_client())
+    context = OperatorContext(
+        policy=policy, kube=kube, signing_key=ensure_signing_key(kube, operator_namespace)
+    )
     kopf.run(
         settings=operator_settings(),
         standalone=True,

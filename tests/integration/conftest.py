@@ -124,6 +124,7 @@ TEST_PROFILES: dict[str, Any] = {
     "nowhere": {"runtimeClassName": "crun", "nodeSelector": {"gymsandbox.dev/pool": "none-such"}},
 }
 RESYNC_SECONDS = "3"
+OPERATOR_NAMESPACE = "gymsandbox-system"
 
 
 @dataclass
@@ -146,6 +147,7 @@ def operator(
     policy["runtimeProfiles"].update(TEST_PROFILES)
     policy_file = workdir / "policy.yaml"
     policy_file.write_text(yaml.safe_dump(policy))
+    cluster.kubectl_run("create", "namespace", OPERATOR_NAMESPACE, check=False)  # holds the signing key
     log = workdir / "operator.log"
     env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "GYMSANDBOX_RESYNC_SECONDS": RESYNC_SECONDS}
     with log.open("wb") as out:
@@ -155,6 +157,8 @@ def operator(
                 "operator",
                 "--policy",
                 str(policy_file),
+                "--operator-namespace",
+                OPERATOR_NAMESPACE,
                 "--verbose",
             ],
             stdout=out,

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from gymsandbox.api.gymhost import GymHostSpec
-from gymsandbox.desired.labels import host_labels
+from gymsandbox.desired.labels import child_labels
 from gymsandbox.desired.names import child_name
-from gymsandbox.desired.networkpolicy import egress_policy, egress_policy_name
+from gymsandbox.desired.networkpolicy import egress_policy, egress_policy_name, egress_rules
 from gymsandbox.desired.owner import Owner
 from gymsandbox.desired.service import host_service
 from gymsandbox.policy.cluster import ClusterPolicy, load_policy
@@ -47,15 +47,15 @@ def test_policy_name_is_the_owner_child_name() -> None:
 
 
 def test_policy_governs_egress_only(example_policy: ClusterPolicy) -> None:
-    assert spec_of(egress_policy(OWNER, example_policy, TARGETS))["policyTypes"] == ["Egress"]
+    assert spec_of(egress_policy(OWNER, egress_rules(example_policy, TARGETS)))["policyTypes"] == ["Egress"]
 
 
 def test_policy_has_no_ingress_rules(example_policy: ClusterPolicy) -> None:
-    assert "ingress" not in spec_of(egress_policy(OWNER, example_policy, TARGETS))
+    assert "ingress" not in spec_of(egress_policy(OWNER, egress_rules(example_policy, TARGETS)))
 
 
 def test_policy_spec_has_nothing_but_selector_types_and_egress(example_policy: ClusterPolicy) -> None:
-    assert set(spec_of(egress_policy(OWNER, example_policy, TARGETS))) == {
+    assert set(spec_of(egress_policy(OWNER, egress_rules(example_policy, TARGETS)))) == {
         "podSelector",
         "policyTypes",
         "egress",
@@ -72,7 +72,7 @@ def test_policy_spec_has_nothing_but_selector_types_and_egress(example_policy: C
 def test_first_rule_allows_dns_to_the_configured_resolver_on_udp_and_tcp_53(
     policy: ClusterPolicy, namespace: str, selector: dict[str, str]
 ) -> None:
-    first = spec_of(egress_policy(OWNER, policy, TARGETS))["egress"][0]
+    first = spec_of(egress_policy(OWNER, egress_rules(policy, TARGETS)))["egress"][0]
     assert first == {
         "to": [
             {
@@ -100,7 +100,7 @@ def test_first_rule_allows_dns_to_the_configured_resolver_on_udp_and_tcp_53(
 def test_second_rule_allows_the_broker_on_its_port(
     policy: ClusterPolicy, namespace: str, selector: dict[str, str], port: int
 ) -> None:
-    second = spec_of(egress_policy(OWNER, policy, TARGETS))["egress"][1]
+    second = spec_of(egress_policy(OWNER, egress_rules(policy, TARGETS)))["egress"][1]
     assert second == {
         "to": [
             {
@@ -116,14 +116,14 @@ def test_second_rule_allows_the_broker_on_its_port(
 def test_policy_has_exactly_one_rule_per_target_after_dns_and_broker(
     example_policy: ClusterPolicy, count: int
 ) -> None:
-    rules = spec_of(egress_policy(OWNER, example_policy, TARGETS[:count]))["egress"]
+    rules = spec_of(egress_policy(OWNER, egress_rules(example_policy, TARGETS[:count])))["egress"]
     assert len(rules) == 2 + count
 
 
 @pytest.mark.parametrize("index", range(len(TARGETS)))
 def test_target_rule_allows_its_cidrs_on_its_tcp_port(example_policy: ClusterPolicy, index: int) -> None:
     target = TARGETS[index]
-    rule = spec_of(egress_policy(OWNER, example_policy, TARGETS))["egress"][2 + index]
+    rule = spec_of(egress_policy(OWNER, egress_rules(example_policy, TARGETS)))["egress"][2 + index]
     assert rule == {
         "to": [{"ipBlock": {"cidr": cidr}} for cidr in target.cidrs],
         "ports": [{"protocol": "TCP", "port": target.port}],
@@ -143,16 +143,16 @@ def test_policy_pod_selector_equals_the_service_selector(example_policy: Cluster
         }
     )
     service_selector = spec_of(host_service(OWNER, spec))["selector"]
-    assert spec_of(egress_policy(OWNER, example_policy, TARGETS))["podSelector"] == {
+    assert spec_of(egress_policy(OWNER, egress_rules(example_policy, TARGETS)))["podSelector"] == {
         "matchLabels": service_selector
     }
 
 
 def test_policy_is_owned_and_labelled_by_the_host(example_policy: ClusterPolicy) -> None:
-    meta = egress_policy(OWNER, example_policy, TARGETS)["metadata"]
+    meta = egress_policy(OWNER, egress_rules(example_policy, TARGETS))["metadata"]
     assert isinstance(meta, dict)
     assert (meta["labels"], meta["ownerReferences"], meta["namespace"]) == (
-        host_labels("swe-gym-run-1"),
+        child_labels(OWNER),
         [OWNER.reference()],
         "evals",
     )

@@ -10,7 +10,7 @@ import pytest
 
 from gymsandbox.api.gymhost import GymHostSpec
 from gymsandbox.api.names import ENV_BROKER_URL, ENV_LEASE_TOKEN, LEASE_TOKEN_KEY
-from gymsandbox.desired.labels import host_labels
+from gymsandbox.desired.labels import child_labels
 from gymsandbox.desired.names import child_name
 from gymsandbox.desired.owner import TEMPLATE_HASH_ANNOTATION, Owner
 from gymsandbox.desired.pod import host_pod
@@ -105,7 +105,7 @@ def test_pod_name_is_the_owner_child_name(policy: ClusterPolicy) -> None:
 
 
 def test_pod_carries_the_host_labels_the_service_selects(policy: ClusterPolicy) -> None:
-    assert build(policy)["metadata"]["labels"] == host_labels("swe-gym-run-1")
+    assert build(policy)["metadata"]["labels"] == child_labels(OWNER)
 
 
 def test_pod_is_controlled_by_the_host(policy: ClusterPolicy) -> None:

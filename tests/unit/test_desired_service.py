@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from gymsandbox.api.gymhost import GymHostSpec
-from gymsandbox.desired.labels import host_labels, host_selector
+from gymsandbox.desired.labels import child_labels, selector
 from gymsandbox.desired.names import child_name
 from gymsandbox.desired.owner import Owner
 from gymsandbox.desired.service import host_endpoint, host_service, host_service_name
@@ -38,13 +38,13 @@ def test_service_is_cluster_ip() -> None:
 
 
 def test_service_selects_the_host_pod_by_the_host_selector() -> None:
-    assert host_service(OWNER, make_spec())["spec"]["selector"] == host_selector("swe-gym-run-1")
+    assert host_service(OWNER, make_spec())["spec"]["selector"] == selector(OWNER)
 
 
 def test_service_selector_is_a_subset_of_the_host_pod_labels() -> None:
-    selector = host_selector("swe-gym-run-1")
-    labels = host_labels("swe-gym-run-1")
-    assert {k: labels.get(k) for k in selector} == selector
+    wanted = selector(OWNER)
+    labels = child_labels(OWNER)
+    assert {k: labels.get(k) for k in wanted} == wanted
 
 
 @pytest.mark.parametrize("port", [8080, 80, 65535])

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
-from gymsandbox.api.names import LABEL_COMPONENT, LABEL_HOST, LABEL_MANAGED_BY, MANAGED_BY
+from gymsandbox.api.names import LABEL_COMPONENT, LABEL_EPISODE, LABEL_HOST, LABEL_MANAGED_BY, MANAGED_BY
 from gymsandbox.desired.names import label_value
+from gymsandbox.desired.owner import Owner
 
 COMPONENT_GYMHOST = "gymhost"
+COMPONENT_EPISODE = "episode"
+OWNER_LABELS = {
+    "GymHost": (LABEL_HOST, COMPONENT_GYMHOST),
+    "EpisodeSandbox": (LABEL_EPISODE, COMPONENT_EPISODE),
+}
 
 
-def host_selector(host_name: str) -> dict[str, str]:
-    """Selects the host's pod: the NetworkPolicy's podSelector and the Service's selector."""
-    return {LABEL_HOST: label_value(host_name), LABEL_COMPONENT: COMPONENT_GYMHOST}
+def selector(owner: Owner) -> dict[str, str]:
+    """Selects the owner's pod: the NetworkPolicy's podSelector and the Service's selector."""
+    key, component = OWNER_LABELS[owner.kind]
+    return {key: label_value(owner.name), LABEL_COMPONENT: component}
 
 
-def host_labels(host_name: str) -> dict[str, str]:
-    return {LABEL_MANAGED_BY: MANAGED_BY, **host_selector(host_name)}
+def child_labels(owner: Owner) -> dict[str, str]:
+    return {LABEL_MANAGED_BY: MANAGED_BY, **selector(owner)}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from gymsandbox.desired.labels import host_labels, host_selector
+from gymsandbox.desired.labels import child_labels, selector
 from gymsandbox.desired.names import child_name
 from gymsandbox.desired.owner import Manifest, Owner
 from gymsandbox.policy.cluster import ClusterPolicy
@@ -25,38 +25,53 @@ def _peer(namespace: str, pod_selector: Mapping[str, str]) -> dict[str, object]:
     }
 
 
-def egress_rules(policy: ClusterPolicy, resolved: Sequence[ResolvedTarget]) -> list[dict[str, object]]:
-    """DNS first, then the broker, then one rule per allow entry (its resolved CIDRs on its port)."""
-    rules: list[dict[str, object]] = [
+def dns_rule(policy: ClusterPolicy) -> dict[str, object]:
+    return {
+        "to": [_peer(policy.dns.namespace, policy.dns.pod_selector)],
+        "ports": [{"protocol": "UDP", "port": DNS_PORT}, {"protocol": "TCP", "port": DNS_PORT}],
+    }
+
+
+def broker_rule(policy: ClusterPolicy) -> dict[str, object]:
+    return {
+        "to": [_peer(policy.broker.namespace, policy.broker.pod_selector)],
+        "ports": [{"protocol": "TCP", "port": policy.broker.port}],
+    }
+
+
+def target_rules(resolved: Sequence[ResolvedTarget]) -> list[dict[str, object]]:
+    """One rule per allow entry: its resolved CIDRs on its TCP port."""
+    return [
         {
-            "to": [_peer(policy.dns.namespace, policy.dns.pod_selector)],
-            "ports": [{"protocol": "UDP", "port": DNS_PORT}, {"protocol": "TCP", "port": DNS_PORT}],
-        },
-        {
-            "to": [_peer(policy.broker.namespace, policy.broker.pod_selector)],
-            "ports": [{"protocol": "TCP", "port": policy.broker.port}],
-        },
+            "to": [{"ipBlock": {"cidr": cidr}} for cidr in target.cidrs],
+            "ports": [{"protocol": "TCP", "port": target.port}],
+        }
+        for target in resolved
+        if target.cidrs  # `to: []` would mean every destination: an entry with no address allows nothing
     ]
-    for target in resolved:
-        if not target.cidrs:
-            continue  # `to: []` would mean every destination: an entry with no address allows nothing
-        rules.append(
-            {
-                "to": [{"ipBlock": {"cidr": cidr}} for cidr in target.cidrs],
-                "ports": [{"protocol": "TCP", "port": target.port}],
-            }
-        )
-    return rules
 
 
-def egress_policy(owner: Owner, policy: ClusterPolicy, resolved: Sequence[ResolvedTarget]) -> Manifest:
+def egress_rules(policy: ClusterPolicy, resolved: Sequence[ResolvedTarget]) -> list[dict[str, object]]:
+    """A host's egress: DNS first, then the broker, then the allowlist."""
+    return [dns_rule(policy), broker_rule(policy), *target_rules(resolved)]
+
+
+def episode_egress_rules(
+    policy: ClusterPolicy, resolved: Sequence[ResolvedTarget]
+) -> list[dict[str, object]]:
+    """An episode's egress: nothing, or DNS and its allowlist; never the broker (episodes do not call it)."""
+    return [dns_rule(policy), *target_rules(resolved)] if resolved else []
+
+
+def egress_policy(owner: Owner, rules: list[dict[str, object]]) -> Manifest:
+    """Deny all egress of the owner's pod but `rules`."""
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
-        "metadata": owner.metadata(egress_policy_name(owner), host_labels(owner.name)),
+        "metadata": owner.metadata(egress_policy_name(owner), child_labels(owner)),
         "spec": {
-            "podSelector": {"matchLabels": host_selector(owner.name)},
+            "podSelector": {"matchLabels": selector(owner)},
             "policyTypes": ["Egress"],
-            "egress": egress_rules(policy, resolved),
+            "egress": rules,
         },
     }

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from gymsandbox.api.common import Resources
+from gymsandbox.api.episode import EpisodeResources, EpisodeSandboxSpec
 from gymsandbox.api.gymhost import GymHostSpec
 from gymsandbox.api.names import ENV_BROKER_URL, ENV_LEASE_TOKEN, LEASE_TOKEN_KEY
-from gymsandbox.desired.labels import host_labels
+from gymsandbox.desired.labels import child_labels
 from gymsandbox.desired.names import child_name
 from gymsandbox.desired.owner import TEMPLATE_HASH_ANNOTATION, Manifest, Owner, template_hash
 from gymsandbox.policy.cluster import ClusterPolicy, RuntimeProfile
@@ -22,37 +24,40 @@ def host_pod_name(owner: Owner) -> str:
     return child_name(owner.name, "host")
 
 
-def restricted_container_security() -> dict[str, object]:
+def restricted_container_security(
+    user: int = RUN_AS_USER, *, read_only_root: bool = True
+) -> dict[str, object]:
+    """What Pod Security `restricted` asks of a container, running as `user` (never 0)."""
     return {
         "allowPrivilegeEscalation": False,
         "capabilities": {"drop": ["ALL"]},
         "privileged": False,
-        "readOnlyRootFilesystem": True,
+        "readOnlyRootFilesystem": read_only_root,
         "runAsNonRoot": True,
-        "runAsUser": RUN_AS_USER,
-        "runAsGroup": RUN_AS_USER,
+        "runAsUser": user,
+        "runAsGroup": user,
         "seccompProfile": {"type": "RuntimeDefault"},
     }
 
 
-def restricted_pod_security() -> dict[str, object]:
+def restricted_pod_security(user: int = RUN_AS_USER) -> dict[str, object]:
     return {
         "runAsNonRoot": True,
-        "runAsUser": RUN_AS_USER,
-        "runAsGroup": RUN_AS_USER,
-        "fsGroup": RUN_AS_USER,
+        "runAsUser": user,
+        "runAsGroup": user,
+        "fsGroup": user,
         "seccompProfile": {"type": "RuntimeDefault"},
     }
 
 
-def resource_limits(spec: GymHostSpec) -> dict[str, str]:
+def resource_limits(resources: Resources | EpisodeResources) -> dict[str, str]:
     limits = {
-        "cpu": spec.resources.cpu,
-        "memory": spec.resources.memory,
-        "ephemeral-storage": spec.resources.ephemeral_storage,
+        "cpu": resources.cpu,
+        "memory": resources.memory,
+        "ephemeral-storage": resources.ephemeral_storage,
     }
-    if spec.resources.gpu:
-        limits["nvidia.com/gpu"] = str(spec.resources.gpu)
+    if resources.gpu:
+        limits["nvidia.com/gpu"] = str(resources.gpu)
     return limits
 
 
@@ -119,7 +124,7 @@ def _mounts_and_volumes(spec: GymHostSpec) -> tuple[list[dict[str, object]], lis
 
 def _container(spec: GymHostSpec, broker_url: str, secret_name: str) -> dict[str, object]:
     mounts, _ = _mounts_and_volumes(spec)
-    limits = resource_limits(spec)
+    limits = resource_limits(spec.resources)
     container: dict[str, object] = {
         "name": CONTAINER_NAME,
         "image": spec.image,
@@ -145,7 +150,8 @@ def _container(spec: GymHostSpec, broker_url: str, secret_name: str) -> dict[str
     return container
 
 
-def _scheduling(profile: RuntimeProfile) -> dict[str, object]:
+def runtime_scheduling(profile: RuntimeProfile) -> dict[str, object]:
+    """RuntimeClass and node placement from the profile: the pod runs there or nowhere, never elsewhere."""
     scheduling: dict[str, object] = {"runtimeClassName": profile.runtime_class_name}
     if profile.node_selector:
         scheduling["nodeSelector"] = dict(profile.node_selector)
@@ -166,13 +172,74 @@ def host_pod(owner: Owner, spec: GymHostSpec, policy: ClusterPolicy, secret_name
         "securityContext": restricted_pod_security(),
         "containers": [_container(spec, policy.broker.url, secret_name)],
         "volumes": volumes,
-        **_scheduling(profile),
+        **runtime_scheduling(profile),
     }
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": owner.metadata(
-            host_pod_name(owner), host_labels(owner.name), {TEMPLATE_HASH_ANNOTATION: template_hash(pod_spec)}
+            host_pod_name(owner), child_labels(owner), {TEMPLATE_HASH_ANNOTATION: template_hash(pod_spec)}
+        ),
+        "spec": pod_spec,
+    }
+
+
+def episode_pod_name(owner: Owner) -> str:
+    return child_name(owner.name, "sandbox")
+
+
+EPISODE_CONTAINER_NAME = "sandbox"
+WORKSPACE_VOLUME = "workspace"
+
+
+def episode_pod(
+    owner: Owner, spec: EpisodeSandboxSpec, host: GymHostSpec, profile: RuntimeProfile
+) -> Manifest:
+    """The sandbox pod of an admitted episode: restricted, numeric user, optional workspace in the host claim.
+
+    It runs model-generated code, so it gets no token, no service links and no broker address; the root
+    filesystem stays writable (tools install packages) within the ephemeral-storage limit.
+    """
+    limits = resource_limits(spec.resources)
+    container: dict[str, object] = {
+        "name": EPISODE_CONTAINER_NAME,
+        "image": spec.image,
+        "env": [{"name": e.name, "value": e.value} for e in spec.env],
+        "resources": {"requests": dict(limits), "limits": limits},
+        "securityContext": restricted_container_security(spec.user, read_only_root=False),
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    for key, value in (("command", spec.command), ("args", spec.args), ("workingDir", spec.workdir)):
+        if value:
+            container[key] = list(value) if isinstance(value, list) else value
+    volumes: list[dict[str, object]] = []
+    if spec.workspace:
+        container["volumeMounts"] = [
+            {
+                "name": WORKSPACE_VOLUME,
+                "mountPath": spec.workspace.mount_path,
+                "subPath": spec.workspace.sub_path,
+            }
+        ]
+        volumes.append(
+            {"name": WORKSPACE_VOLUME, "persistentVolumeClaim": {"claimName": host.storage.claim_name}}
+        )
+    pod_spec: dict[str, object] = {
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "restartPolicy": "Never",  # an episode whose process dies is over; its status says why
+        "terminationGracePeriodSeconds": 5,
+        "securityContext": restricted_pod_security(spec.user),
+        "containers": [container],
+        "volumes": volumes,
+        **runtime_scheduling(profile),
+    }
+    labels = {**spec.labels, **child_labels(owner)}  # ours win; reserved keys were refused at the API
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": owner.metadata(
+            episode_pod_name(owner), labels, {TEMPLATE_HASH_ANNOTATION: template_hash(pod_spec)}
         ),
         "spec": pod_spec,
     }

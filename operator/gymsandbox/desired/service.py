@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gymsandbox.api.gymhost import GymHostSpec
-from gymsandbox.desired.labels import host_labels, host_selector
+from gymsandbox.desired.labels import child_labels, selector
 from gymsandbox.desired.names import child_name
 from gymsandbox.desired.owner import Manifest, Owner
 
@@ -20,10 +20,10 @@ def host_service(owner: Owner, spec: GymHostSpec) -> Manifest:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": owner.metadata(host_service_name(owner), host_labels(owner.name)),
+        "metadata": owner.metadata(host_service_name(owner), child_labels(owner)),
         "spec": {
             "type": "ClusterIP",
-            "selector": host_selector(owner.name),
+            "selector": selector(owner),
             "ports": [{"name": "http", "protocol": "TCP", "port": spec.port, "targetPort": "http"}],
         },
     }

@@ -1,20 +1,43 @@
-"""What every handler shares, kept in kopf's memo: the cluster policy, the API access and the resolver."""
+"""What every handler shares, kept in kopf's memo: the cluster policy, the API access, the signing key."""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 
 from gymsandbox.handlers.kube import Kube
+from gymsandbox.leases import SigningKey
 from gymsandbox.policy.cluster import ClusterPolicy
 from gymsandbox.policy.egress import Resolver, system_resolver
 
 # How often every object is reconciled even without events: drift repair and DNS re-resolution.
 RESYNC_SECONDS = float(os.environ.get("GYMSANDBOX_RESYNC_SECONDS", "10"))
+# Seconds before kopf retries a failed handler or timer (its own default is 60).
+ERROR_BACKOFF_SECONDS = 2.0
+
+
+class KeyedLocks:
+    """One lock per key (an object's uid): reconciles of the same object never overlap across the create
+    handler, the timer and child events, which kopf runs in parallel threads."""
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._locks: dict[str, threading.Lock] = {}
+
+    def __call__(self, key: str) -> threading.Lock:
+        with self._guard:
+            return self._locks.setdefault(key, threading.Lock())
+
+    def forget(self, key: str) -> None:
+        with self._guard:
+            self._locks.pop(key, None)
 
 
 @dataclass(frozen=True)
 class OperatorContext:
     policy: ClusterPolicy
     kube: Kube
+    signing_key: SigningKey
+    locks: KeyedLocks = field(default_factory=KeyedLocks)
     resolver: Resolver = system_resolver

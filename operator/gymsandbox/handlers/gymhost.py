@@ -5,13 +5,13 @@ and NetworkPolicy before the Pod), observes them and writes only `status`.
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 import kopf
+from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from gymsandbox.api.common import validation_message
@@ -21,29 +21,29 @@ from gymsandbox.api.names import (
     GROUP,
     LABEL_COMPONENT,
     LABEL_MANAGED_BY,
-    LEASE_TOKEN_KEY,
     MANAGED_BY,
     VERSION,
 )
 from gymsandbox.desired.labels import COMPONENT_GYMHOST
-from gymsandbox.desired.networkpolicy import egress_policy
+from gymsandbox.desired.networkpolicy import egress_policy, egress_policy_name, egress_rules
 from gymsandbox.desired.owner import TEMPLATE_HASH_ANNOTATION, Manifest, Owner
 from gymsandbox.desired.pod import CONTAINER_NAME, host_pod, host_pod_name
-from gymsandbox.desired.secret import lease_secret, new_lease_token, token_present
 from gymsandbox.desired.service import host_endpoint, host_service
-from gymsandbox.handlers.context import RESYNC_SECONDS, OperatorContext
+from gymsandbox.handlers.context import ERROR_BACKOFF_SECONDS, RESYNC_SECONDS, OperatorContext
 from gymsandbox.handlers.kube import (
     GYMHOST,
     NETWORK_POLICY,
     POD,
     PVC,
     RUNTIME_CLASS,
-    SECRET,
     SERVICE,
     ChildConflictError,
     Kube,
     create_or_adopt,
+    namespace_terminating,
 )
+from gymsandbox.handlers.leases import ensure_lease_secret
+from gymsandbox.leases import Claims, Kind, Scope
 from gymsandbox.policy.admission import Refusal, admit_gymhost, host_ttl_seconds
 from gymsandbox.policy.cluster import ClusterPolicy
 from gymsandbox.policy.egress import EgressError, ResolutionError, ResolvedTarget, egress_targets, resolve
@@ -51,7 +51,7 @@ from gymsandbox.status.conditions import find, merge_conditions
 from gymsandbox.status.gymhost import HostObservation, HostVerdict, compute_host_conditions
 from gymsandbox.status.pod import PodFailure
 
-KIND = "GymHost"
+KIND: Kind = "GymHost"
 LOG_TAIL_LINES = 20
 LOG_TAIL_CHARS = 4096
 REDACTED = "[REDACTED]"
@@ -80,24 +80,10 @@ def expiry(meta: Mapping[str, Any], spec: GymHostSpec, policy: ClusterPolicy) ->
     return created + timedelta(seconds=host_ttl_seconds(spec, policy))
 
 
-def _secret_token(secret: Mapping[str, Any]) -> str | None:
-    encoded = (secret.get("data") or {}).get(LEASE_TOKEN_KEY)
-    return base64.b64decode(encoded).decode() if isinstance(encoded, str) else None
-
-
-def ensure_lease_secret(kube: Kube, owner: Owner) -> tuple[str, str | None]:
-    """The Secret exists and holds a token; a missing or emptied token is replaced. Returns (name, token)."""
-    desired = lease_secret(owner, new_lease_token())
-    secret, _ = create_or_adopt(kube, desired, owner.uid)
-    if not token_present(secret):
-        secret = kube.replace(SECRET, {**secret, "data": desired["data"]})
-    return str(secret["metadata"]["name"]), _secret_token(secret)
-
-
 def ensure_network_policy(
     kube: Kube, owner: Owner, ctx: OperatorContext, resolved: list[ResolvedTarget]
 ) -> Manifest:
-    desired = egress_policy(owner, ctx.policy, resolved)
+    desired = egress_policy(owner, egress_rules(ctx.policy, resolved))
     existing, created = create_or_adopt(kube, desired, owner.uid)
     if not created and existing.get("spec") != desired["spec"]:
         existing = kube.replace(NETWORK_POLICY, {**existing, "spec": desired["spec"]})
@@ -203,13 +189,19 @@ def observe(
     except EgressError as e:
         delete_pod(kube, owner, pod_name)
         return HostObservation(refusal=Refusal(Reason.EGRESS_INVALID, str(e))), Children(), spec
-    secret_name, token = ensure_lease_secret(kube, owner)
+    host_claims = Claims(
+        kind=KIND,
+        namespace=owner.namespace,
+        name=owner.name,
+        uid=owner.uid,
+        scope=Scope.HOST,
+        expires_at=int(expiry(meta, spec, ctx.policy).timestamp()),
+    )
+    secret_name, token = ensure_lease_secret(kube, owner, ctx.signing_key, host_claims, int(now.timestamp()))
     if resolved is not None:
         network_policy: Manifest | None = ensure_network_policy(kube, owner, ctx, resolved)
     else:
-        network_policy = kube.get(
-            NETWORK_POLICY, owner.namespace, egress_policy(owner, ctx.policy, [])["metadata"]["name"]
-        )
+        network_policy = kube.get(NETWORK_POLICY, owner.namespace, egress_policy_name(owner))
     ensure_service(kube, owner, spec)
     children = Children(secret_name, host_endpoint(owner, spec), tuple(resolved or ()), token)
     profile = ctx.policy.runtime_profiles[spec.runtime]
@@ -283,17 +275,36 @@ def _now() -> datetime:
     return datetime.now(UTC).replace(microsecond=0)
 
 
-@kopf.on.resume(GROUP, VERSION, "gymhosts")
-@kopf.on.create(GROUP, VERSION, "gymhosts")
-@kopf.on.update(GROUP, VERSION, "gymhosts", field="spec")
-def reconcile(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, **_: Any) -> None:
-    patch.status.update(status_fields(memo.context, body, _now()))
+def refresh_host(ctx: OperatorContext, body: Mapping[str, Any]) -> None:
+    """Reconcile one host and write its status, never two at once for the same host."""
+    meta = body["metadata"]
+    with ctx.locks(meta["uid"]):
+        try:
+            ctx.kube.patch_status(GYMHOST, meta["namespace"], meta["name"], status_fields(ctx, body, _now()))
+        except ApiException as e:
+            if e.status == 404 or namespace_terminating(e):
+                return  # deleted meanwhile: nothing left to reconcile
+            raise
 
 
-@kopf.timer(GROUP, VERSION, "gymhosts", interval=RESYNC_SECONDS, initial_delay=RESYNC_SECONDS)
-def resync(body: kopf.Body, memo: kopf.Memo, patch: kopf.Patch, **_: Any) -> None:
+@kopf.on.resume(GROUP, VERSION, "gymhosts", backoff=ERROR_BACKOFF_SECONDS)
+@kopf.on.create(GROUP, VERSION, "gymhosts", backoff=ERROR_BACKOFF_SECONDS)
+@kopf.on.update(GROUP, VERSION, "gymhosts", field="spec", backoff=ERROR_BACKOFF_SECONDS)
+def reconcile(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    refresh_host(memo.context, body)
+
+
+@kopf.timer(
+    GROUP,
+    VERSION,
+    "gymhosts",
+    interval=RESYNC_SECONDS,
+    initial_delay=RESYNC_SECONDS,
+    backoff=ERROR_BACKOFF_SECONDS,
+)
+def resync(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """Drift correction and DNS re-resolution, level-based: the same reconcile on a timer."""
-    patch.status.update(status_fields(memo.context, body, _now()))
+    refresh_host(memo.context, body)
 
 
 @kopf.on.event("v1", "pods", labels={LABEL_MANAGED_BY: MANAGED_BY, LABEL_COMPONENT: COMPONENT_GYMHOST})
@@ -303,15 +314,14 @@ def pod_changed(body: kopf.Body, type: str | None, memo: kopf.Memo, **_: Any) ->
     owner_ref = next((r for r in body.metadata.get("ownerReferences") or [] if r.get("kind") == KIND), None)
     if owner_ref is None or type is None:
         return
-    namespace = str(body.metadata.namespace)
-    host = ctx.kube.get(GYMHOST, namespace, owner_ref["name"])
+    host = ctx.kube.get(GYMHOST, str(body.metadata.namespace), owner_ref["name"])
     if (
         host is None
         or host["metadata"]["uid"] != owner_ref["uid"]
         or host["metadata"].get("deletionTimestamp")
     ):
         return
-    ctx.kube.patch_status(GYMHOST, namespace, owner_ref["name"], status_fields(ctx, host, _now()))
+    refresh_host(ctx, host)
 
 
 @kopf.on.delete(GROUP, VERSION, "gymhosts", retries=5, backoff=2)
@@ -323,3 +333,4 @@ def cleanup(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     ctx: OperatorContext = memo.context
     owner = Owner(KIND, str(body.metadata.name), str(body.metadata.namespace), str(body.metadata.uid))
     delete_pod(ctx.kube, owner, host_pod_name(owner))
+    ctx.locks.forget(owner.uid)

@@ -174,6 +174,11 @@ class Kube:
         return error
 
 
+def namespace_terminating(error: ApiException) -> bool:
+    """A create refused because the namespace is being deleted: the object is about to go too."""
+    return error.status == 403 and "being terminated" in (error.body or "")
+
+
 def owned_by(obj: Mapping[str, Any], uid: str) -> bool:
     refs = obj.get("metadata", {}).get("ownerReferences") or []
     return any(ref.get("uid") == uid and ref.get("controller") for ref in refs)

@@ -39,12 +39,15 @@ def plan_queue(episodes: Sequence[EpisodeSlot], max_concurrent: int, now: dateti
     holding = [e for e in live if e.admitted]
     expired = [e.name for e in holding if e.expires_at is not None and now >= e.expires_at]
     # An expired episode keeps its slot until it is deleted: the reaper frees it, not the planner.
-    waiting = sorted((e for e in live if not e.admitted and e.admissible), key=lambda e: (e.created, e.name))
+    candidates = sorted(
+        (e for e in live if not e.admitted and e.admissible), key=lambda e: (e.created, e.name)
+    )
+    # Giving up is final: an episode past its admission deadline never takes a slot, even one just freed.
+    timed_out = [e.name for e in candidates if e.wait_deadline is not None and now >= e.wait_deadline]
+    waiting = [e for e in candidates if e.name not in timed_out]
     free = max(0, max_concurrent - len(holding))
     admit = [e.name for e in waiting[:free]]
-    still_waiting = waiting[free:]
-    timed_out = [e.name for e in still_waiting if e.wait_deadline is not None and now >= e.wait_deadline]
-    queue = [e.name for e in still_waiting if e.name not in timed_out]
+    queue = [e.name for e in waiting[free:]]
     return QueuePlan(
         admit=admit,
         positions={name: position for position, name in enumerate(queue, start=1)},
