@@ -195,12 +195,18 @@ def write_kubeconfig(path: Path, server: str, ca: Path, token: str, user: str) -
     path.chmod(0o600)
 
 
+# Started processes outlive this script; holding their Popen objects keeps a long-lived caller (the test
+# session) from warning about them being garbage-collected while they run.
+_STARTED: list[subprocess.Popen[bytes]] = []
+
+
 def start(name: str, argv: list[str], logs: Path) -> int:
     """Start a process in its own session (it outlives this script); returns its PID."""
-    log_file = (logs / f"{name}.log").open("ab")
-    proc = subprocess.Popen(
-        argv, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
-    )
+    with (logs / f"{name}.log").open("ab") as log_file:
+        proc = subprocess.Popen(
+            argv, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        )
+    _STARTED.append(proc)
     log(f"started {name} (pid {proc.pid})")
     return proc.pid
 
@@ -520,6 +526,9 @@ def stop_pid(name: str, pid: int, grace: float = 10) -> None:
         time.sleep(0.1)
     if alive(pid):
         os.kill(pid, signal.SIGKILL)
+    for proc in _STARTED:
+        if proc.pid == pid:
+            proc.wait(timeout=grace)  # reap our own child, so it leaves no zombie
     log(f"stopped {name} (pid {pid})")
 
 

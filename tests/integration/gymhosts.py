@@ -65,6 +65,11 @@ def apply(cluster: Cluster, namespace: str, *manifests: Mapping[str, Any], check
     )
 
 
+def ready_condition(obj: Mapping[str, Any]) -> dict[str, Any]:
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c["type"] == "Ready"), {})
+
+
 class Hosts:
     """Read GymHosts and their children in one namespace."""
 
@@ -86,16 +91,14 @@ class Hosts:
         return obj
 
     def ready(self, name: str) -> dict[str, Any]:
-        obj = self.get(name) or {}
-        conditions = (obj.get("status") or {}).get("conditions") or []
-        return next((c for c in conditions if c["type"] == "Ready"), {})
+        return ready_condition(self.get(name) or {})
 
     def wait_reason(self, name: str, reason: str, timeout: float = 30) -> dict[str, Any]:
         """Wait until Ready's reason is `reason`; returns the whole object."""
 
         def reached() -> dict[str, Any] | None:
             obj = self.get(name)
-            return obj if obj and self.ready(name).get("reason") == reason else None
+            return obj if obj and ready_condition(obj).get("reason") == reason else None
 
         try:
             return eventually(reached, timeout, f"gymhost {name} Ready reason {reason}")

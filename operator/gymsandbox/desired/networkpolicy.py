@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 
 from gymsandbox.desired.labels import child_labels, selector
 from gymsandbox.desired.names import child_name
-from gymsandbox.desired.owner import Manifest, Owner
+from gymsandbox.desired.owner import TEMPLATE_HASH_ANNOTATION, Manifest, Owner, template_hash
 from gymsandbox.policy.cluster import ClusterPolicy
 from gymsandbox.policy.egress import ResolvedTarget
 
@@ -64,14 +64,13 @@ def episode_egress_rules(
 
 
 def egress_policy(owner: Owner, rules: list[dict[str, object]]) -> Manifest:
-    """Deny all egress of the owner's pod but `rules`."""
+    """Deny all egress of the owner's pod but `rules`; the digest annotation lets a cheap check spot edits."""
+    spec = {"podSelector": {"matchLabels": selector(owner)}, "policyTypes": ["Egress"], "egress": rules}
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
-        "metadata": owner.metadata(egress_policy_name(owner), child_labels(owner)),
-        "spec": {
-            "podSelector": {"matchLabels": selector(owner)},
-            "policyTypes": ["Egress"],
-            "egress": rules,
-        },
+        "metadata": owner.metadata(
+            egress_policy_name(owner), child_labels(owner), {TEMPLATE_HASH_ANNOTATION: template_hash(spec)}
+        ),
+        "spec": spec,
     }

@@ -1,5 +1,5 @@
 """The only place with @kopf decorators. Importing this package registers every handler."""
 
-from gymsandbox.handlers import gymhost
+from gymsandbox.handlers import episode, gymhost
 
-__all__ = ["gymhost"]
+__all__ = ["episode", "gymhost"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from dataclasses import dataclass, field
 
 from gymsandbox.handlers.kube import Kube
@@ -41,3 +42,12 @@ class OperatorContext:
     signing_key: SigningKey
     locks: KeyedLocks = field(default_factory=KeyedLocks)
     resolver: Resolver = system_resolver
+    _last_run: dict[str, float] = field(default_factory=dict)
+
+    def due(self, key: str, interval: float) -> bool:
+        """True at most once per `interval` seconds for `key` (periodic work inside a faster timer)."""
+        moment = time.monotonic()
+        if moment - self._last_run.get(key, float("-inf")) < interval:
+            return False
+        self._last_run[key] = moment
+        return True

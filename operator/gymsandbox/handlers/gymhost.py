@@ -7,15 +7,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from typing import Any, cast
+from datetime import datetime, timedelta
+from typing import Any
 
 import kopf
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from gymsandbox.api.common import validation_message
-from gymsandbox.api.conditions import ConditionType, Reason
+from gymsandbox.api.conditions import Reason
 from gymsandbox.api.gymhost import GymHostSpec
 from gymsandbox.api.names import (
     GROUP,
@@ -29,6 +29,7 @@ from gymsandbox.desired.networkpolicy import egress_policy, egress_policy_name, 
 from gymsandbox.desired.owner import TEMPLATE_HASH_ANNOTATION, Manifest, Owner
 from gymsandbox.desired.pod import CONTAINER_NAME, host_pod, host_pod_name
 from gymsandbox.desired.service import host_endpoint, host_service
+from gymsandbox.handlers.common import announce, failure_fields, now, parse_time, timestamp
 from gymsandbox.handlers.context import ERROR_BACKOFF_SECONDS, RESYNC_SECONDS, OperatorContext
 from gymsandbox.handlers.kube import (
     GYMHOST,
@@ -47,14 +48,10 @@ from gymsandbox.leases import Claims, Kind, Scope
 from gymsandbox.policy.admission import Refusal, admit_gymhost, host_ttl_seconds
 from gymsandbox.policy.cluster import ClusterPolicy
 from gymsandbox.policy.egress import EgressError, ResolutionError, ResolvedTarget, egress_targets, resolve
-from gymsandbox.status.conditions import find, merge_conditions
-from gymsandbox.status.gymhost import HostObservation, HostVerdict, compute_host_conditions
-from gymsandbox.status.pod import PodFailure
+from gymsandbox.status.conditions import merge_conditions
+from gymsandbox.status.gymhost import HostObservation, compute_host_conditions
 
 KIND: Kind = "GymHost"
-LOG_TAIL_LINES = 20
-LOG_TAIL_CHARS = 4096
-REDACTED = "[REDACTED]"
 
 
 @dataclass(frozen=True)
@@ -76,18 +73,22 @@ def parse_spec(raw: Mapping[str, Any]) -> GymHostSpec | Refusal:
 
 def expiry(meta: Mapping[str, Any], spec: GymHostSpec, policy: ClusterPolicy) -> datetime:
     """Creation plus the TTL (the cluster cap when the spec sets none): every host ends."""
-    created = datetime.fromisoformat(str(meta["creationTimestamp"]).replace("Z", "+00:00"))
+    created = parse_time(meta["creationTimestamp"])
+    assert created is not None  # the API server always sets it
     return created + timedelta(seconds=host_ttl_seconds(spec, policy))
 
 
-def ensure_network_policy(
-    kube: Kube, owner: Owner, ctx: OperatorContext, resolved: list[ResolvedTarget]
-) -> Manifest:
-    desired = egress_policy(owner, egress_rules(ctx.policy, resolved))
+def ensure_network_policy(kube: Kube, owner: Owner, desired: Manifest) -> Manifest:
+    """Create or adopt the policy; an edited one gets its spec back."""
     existing, created = create_or_adopt(kube, desired, owner.uid)
-    if not created and existing.get("spec") != desired["spec"]:
-        existing = kube.replace(NETWORK_POLICY, {**existing, "spec": desired["spec"]})
+    if not created and (existing.get("spec") != desired["spec"] or _hash(existing) != _hash(desired)):
+        meta = {**existing["metadata"], "annotations": desired["metadata"]["annotations"]}
+        existing = kube.replace(NETWORK_POLICY, {**existing, "metadata": meta, "spec": desired["spec"]})
     return existing
+
+
+def _hash(obj: Manifest) -> str | None:
+    return (obj["metadata"].get("annotations") or {}).get(TEMPLATE_HASH_ANNOTATION)
 
 
 def ensure_service(kube: Kube, owner: Owner, spec: GymHostSpec) -> Manifest:
@@ -139,25 +140,6 @@ def delete_pod(kube: Kube, owner: Owner, name: str) -> None:
     kube.delete(POD, owner.namespace, name, grace_seconds=0)
 
 
-def logs_tail(kube: Kube, pod: Mapping[str, Any], failure: PodFailure, token: str | None) -> str | None:
-    """The container's last log lines (previous run first), else the termination message the kubelet kept."""
-    container = failure.container or CONTAINER_NAME
-    meta = pod["metadata"]
-    text = kube.log_tail(meta["namespace"], meta["name"], container, LOG_TAIL_LINES)
-    if not text:
-        for status in (pod.get("status") or {}).get("containerStatuses") or []:
-            if status.get("name") == container:
-                terminated = (status.get("lastState") or {}).get("terminated") or (
-                    (status.get("state") or {}).get("terminated") or {}
-                )
-                text = terminated.get("message")
-    if not text:
-        return None
-    if token:
-        text = text.replace(token, REDACTED)  # untrusted code may print its own environment
-    return "\n".join(text.splitlines()[-LOG_TAIL_LINES:])[-LOG_TAIL_CHARS:]
-
-
 def observe(
     ctx: OperatorContext, body: Mapping[str, Any], now: datetime
 ) -> tuple[HostObservation, Children, GymHostSpec | None]:
@@ -199,7 +181,9 @@ def observe(
     )
     secret_name, token = ensure_lease_secret(kube, owner, ctx.signing_key, host_claims, int(now.timestamp()))
     if resolved is not None:
-        network_policy: Manifest | None = ensure_network_policy(kube, owner, ctx, resolved)
+        network_policy: Manifest | None = ensure_network_policy(
+            kube, owner, egress_policy(owner, egress_rules(ctx.policy, resolved))
+        )
     else:
         network_policy = kube.get(NETWORK_POLICY, owner.namespace, egress_policy_name(owner))
     ensure_service(kube, owner, spec)
@@ -231,18 +215,10 @@ def status_fields(ctx: OperatorContext, body: Mapping[str, Any], now: datetime) 
     verdict = compute_host_conditions(observation)
     generation = int(meta.get("generation") or 0)
     conditions = merge_conditions(previous.get("conditions") or [], verdict.conditions, generation, now)
-    failure: dict[str, Any] | None = None
-    if verdict.failure:
-        failure = {
-            "kind": str(verdict.failure.kind),
-            "reason": str(verdict.failure.reason),
-            "message": verdict.failure.message[:4096],
-        }
-        if observation.pod is not None and verdict.failure.reason in TAILED_REASONS:
-            failure["logsTail"] = logs_tail(ctx.kube, observation.pod, verdict.failure, children.token)
+    failure = failure_fields(ctx.kube, verdict.failure, observation.pod, CONTAINER_NAME, children.token)
     pod = observation.pod or {}
     expires_at = expiry(meta, spec, ctx.policy) if spec else None
-    announce(body, previous, verdict)
+    announce(body, previous, verdict.conditions, failed=verdict.failure is not None)
     return {
         "observedGeneration": generation,
         "conditions": conditions,
@@ -250,29 +226,10 @@ def status_fields(ctx: OperatorContext, body: Mapping[str, Any], now: datetime) 
         "podName": pod.get("metadata", {}).get("name"),
         "podIP": (pod.get("status") or {}).get("podIP"),
         "leaseSecretName": children.lease_secret_name,
-        "expiresAt": expires_at.strftime("%Y-%m-%dT%H:%M:%SZ") if expires_at else None,
+        "expiresAt": timestamp(expires_at),
         "resolvedEgress": [{"entry": r.entry, "addresses": list(r.cidrs)} for r in children.resolved],
         "failure": failure,
     }
-
-
-TAILED_REASONS = frozenset({Reason.CRASH_LOOP_BACK_OFF, Reason.OOM_KILLED, Reason.POD_FAILED})
-
-
-def announce(body: Mapping[str, Any], previous: Mapping[str, Any], verdict: HostVerdict) -> None:
-    """One event per change of Ready's reason: Warning for a failure or refusal, Normal when Ready."""
-    before = find(previous.get("conditions") or [], ConditionType.READY) or {}
-    now = next(c for c in verdict.conditions if c.type == ConditionType.READY)
-    if before.get("reason") == now.reason and before.get("status") == now.status_text:
-        return
-    if verdict.failure:
-        kopf.warn(cast(kopf.Body, body), reason=now.reason, message=now.message)
-    elif now.status:
-        kopf.info(cast(kopf.Body, body), reason=now.reason, message=now.message)
-
-
-def _now() -> datetime:
-    return datetime.now(UTC).replace(microsecond=0)
 
 
 def refresh_host(ctx: OperatorContext, body: Mapping[str, Any]) -> None:
@@ -280,7 +237,7 @@ def refresh_host(ctx: OperatorContext, body: Mapping[str, Any]) -> None:
     meta = body["metadata"]
     with ctx.locks(meta["uid"]):
         try:
-            ctx.kube.patch_status(GYMHOST, meta["namespace"], meta["name"], status_fields(ctx, body, _now()))
+            ctx.kube.patch_status(GYMHOST, meta["namespace"], meta["name"], status_fields(ctx, body, now()))
         except ApiException as e:
             if e.status == 404 or namespace_terminating(e):
                 return  # deleted meanwhile: nothing left to reconcile

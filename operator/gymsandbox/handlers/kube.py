@@ -48,6 +48,7 @@ PVC = Kind("v1", "persistentvolumeclaims")
 NETWORK_POLICY = Kind("networking.k8s.io/v1", "networkpolicies")
 RUNTIME_CLASS = Kind("node.k8s.io/v1", "runtimeclasses", namespaced=False)
 GYMHOST = Kind("gymsandbox.dev/v1alpha1", "gymhosts")
+EPISODE = Kind("gymsandbox.dev/v1alpha1", "episodesandboxes")
 
 KINDS = {"Secret": SECRET, "Pod": POD, "Service": SERVICE, "NetworkPolicy": NETWORK_POLICY}
 
@@ -102,11 +103,12 @@ class Kube:
                 return None
             raise self._sanitized(kind, e) from None
 
-    def list(self, kind: Kind, namespace: str, label_selector: str) -> list[Manifest]:
-        items = self._call("GET", kind.path(namespace), query=[("labelSelector", label_selector)]).get(
-            "items", []
-        )
-        return list(items)
+    def list(self, kind: Kind, namespace: str, *, labels: str = "", fields: str = "") -> list[Manifest]:
+        """A consistent (quorum) read: it reflects every write this process has already made."""
+        query = [
+            (key, value) for key, value in (("labelSelector", labels), ("fieldSelector", fields)) if value
+        ]
+        return list(self._call("GET", kind.path(namespace), query=query).get("items", []))
 
     def create(self, kind: Kind, manifest: Mapping[str, Any]) -> Manifest:
         try:
@@ -135,6 +137,12 @@ class Kube:
                 return data.decode(errors="replace")
         return None
 
+    def patch(self, kind: Kind, namespace: str, name: str, body: Mapping[str, Any]) -> Manifest:
+        """A JSON merge patch of the object itself (not its status)."""
+        return self._call(
+            "PATCH", kind.path(namespace, name), dict(body), content_type="application/merge-patch+json"
+        )
+
     def patch_status(self, kind: Kind, namespace: str, name: str, status: Mapping[str, Any]) -> Manifest:
         return self._call(
             "PATCH",
@@ -150,12 +158,17 @@ class Kube:
         name: str,
         *,
         uid: str | None = None,
+        resource_version: str | None = None,
         grace_seconds: int | None = None,
     ) -> bool:
-        """Delete if present (and, with `uid`, only that incarnation); False when already gone."""
+        """Delete if present and, with `uid` / `resource_version`, only that incarnation / that exact state
+        (so a concurrent change such as a renewal wins over the delete). False when nothing was deleted."""
         body: dict[str, Any] = {}
-        if uid:
-            body["preconditions"] = {"uid": uid}
+        preconditions = {
+            key: value for key, value in (("uid", uid), ("resourceVersion", resource_version)) if value
+        }
+        if preconditions:
+            body["preconditions"] = preconditions
         if grace_seconds is not None:
             body["gracePeriodSeconds"] = grace_seconds
         try:

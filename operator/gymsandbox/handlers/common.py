@@ -1,0 +1,80 @@
+"""Pieces both kinds' handlers use: status timestamps, failure envelopes with log tails, and events."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any, cast
+
+import kopf
+
+from gymsandbox.api.conditions import ConditionType, Reason
+from gymsandbox.handlers.kube import Kube
+from gymsandbox.status.conditions import ConditionState, find
+from gymsandbox.status.pod import PodFailure
+
+LOG_TAIL_LINES = 20
+LOG_TAIL_CHARS = 4096
+REDACTED = "[REDACTED]"
+TAILED_REASONS = frozenset({Reason.CRASH_LOOP_BACK_OFF, Reason.OOM_KILLED, Reason.POD_FAILED})
+
+
+def now() -> datetime:
+    return datetime.now(UTC).replace(microsecond=0)
+
+
+def timestamp(moment: datetime | None) -> str | None:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if moment else None
+
+
+def parse_time(text: object) -> datetime | None:
+    return datetime.fromisoformat(str(text).replace("Z", "+00:00")) if text else None
+
+
+def logs_tail(kube: Kube, pod: Mapping[str, Any], container: str, token: str | None) -> str | None:
+    """The container's last log lines (previous run first), else the termination message the kubelet kept.
+
+    The owner's own token is redacted: untrusted code may print its environment.
+    """
+    meta = pod["metadata"]
+    text = kube.log_tail(meta["namespace"], meta["name"], container, LOG_TAIL_LINES)
+    if not text:
+        for status in (pod.get("status") or {}).get("containerStatuses") or []:
+            if status.get("name") == container:
+                state, last = status.get("state") or {}, status.get("lastState") or {}
+                text = (last.get("terminated") or state.get("terminated") or {}).get("message")
+    if not text:
+        return None
+    if token:
+        text = text.replace(token, REDACTED)
+    return "\n".join(text.splitlines()[-LOG_TAIL_LINES:])[-LOG_TAIL_CHARS:]
+
+
+def failure_fields(
+    kube: Kube, failure: PodFailure | None, pod: Mapping[str, Any] | None, container: str, token: str | None
+) -> dict[str, Any] | None:
+    """`status.failure`, with the log tail when the workload itself failed."""
+    if failure is None:
+        return None
+    fields: dict[str, Any] = {
+        "kind": str(failure.kind),
+        "reason": str(failure.reason),
+        "message": failure.message[:4096],
+    }
+    if pod is not None and failure.reason in TAILED_REASONS:
+        fields["logsTail"] = logs_tail(kube, pod, failure.container or container, token)
+    return fields
+
+
+def announce(
+    body: Mapping[str, Any], previous: Mapping[str, Any], conditions: Sequence[ConditionState], failed: bool
+) -> None:
+    """One event per change of Ready's reason: Warning for a failure or refusal, Normal when Ready."""
+    before = find(previous.get("conditions") or [], ConditionType.READY) or {}
+    ready = next(c for c in conditions if c.type == ConditionType.READY)
+    if before.get("reason") == ready.reason and before.get("status") == ready.status_text:
+        return
+    if failed:
+        kopf.warn(cast(kopf.Body, body), reason=ready.reason, message=ready.message)
+    elif ready.status:
+        kopf.info(cast(kopf.Body, body), reason=ready.reason, message=ready.message)
