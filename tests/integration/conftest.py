@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -85,17 +86,24 @@ def core(api_client: client.ApiClient) -> client.CoreV1Api:
     return client.CoreV1Api(api_client)
 
 
-def _namespace_name(nodeid: str) -> str:
+SHARED_PREFIX, OWN_PREFIX = "t", "o"
+
+
+def _namespace_name(nodeid: str, prefix: str) -> str:
     digest = hashlib.sha256(f"{nodeid}{os.getpid()}{os.urandom(4).hex()}".encode()).hexdigest()[:8]
     test = nodeid.rsplit("::", maxsplit=1)[-1].lower().replace("_", "-")
     cleaned = "".join(ch for ch in test if ch.isalnum() or ch == "-").strip("-")[:40].strip("-")
-    return f"t-{cleaned}-{digest}"
+    return f"{prefix}-{cleaned}-{digest}"
 
 
 @pytest.fixture
 def namespace(request: pytest.FixtureRequest, core: client.CoreV1Api) -> Iterator[str]:
     """A fresh namespace enforcing Pod Security `restricted`, deleted after the test."""
-    name = _namespace_name(request.node.nodeid)
+    yield from _fresh_namespace(request, core, SHARED_PREFIX)
+
+
+def _fresh_namespace(request: pytest.FixtureRequest, core: client.CoreV1Api, prefix: str) -> Iterator[str]:
+    name = _namespace_name(request.node.nodeid, prefix)
     labels = {
         "pod-security.kubernetes.io/enforce": "restricted",
         "pod-security.kubernetes.io/enforce-version": "latest",
@@ -129,55 +137,95 @@ OPERATOR_NAMESPACE = "gymsandbox-system"
 
 @dataclass
 class OperatorProcess:
+    """One `gymsandbox operator` CLI process, as a user would run it, logging to a file."""
+
     process: subprocess.Popen[bytes]
     log: Path
-    policy: dict[str, Any]
+
+    @classmethod
+    def launch(cls, cluster: Cluster, policy_file: Path, log: Path, namespaces: list[str]) -> OperatorProcess:
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(cluster.kubeconfig),
+            "GYMSANDBOX_RESYNC_SECONDS": RESYNC_SECONDS,
+        }
+        argv = [str(Path(sys.executable).parent / "gymsandbox"), "operator", "--policy", str(policy_file)]
+        argv += ["--operator-namespace", OPERATOR_NAMESPACE, "--verbose"]
+        for pattern in namespaces:
+            argv += ["--namespace", pattern]
+        with log.open("ab") as out:
+            process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
+        handle = cls(process, log)
+        deadline = time.monotonic() + 30
+        # Watching begins with gymhosts (cluster-wide) or with namespaces (when given patterns).
+        while not re.search(r"Starting the watch-stream for (gymhosts|namespaces)", handle.output()):
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the operator did not start:\n{handle.output()[-3000:]}")
+            time.sleep(0.2)
+        return handle
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")
 
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def kill(self) -> None:
+        """SIGKILL: no clean-up, no chance to store progress."""
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+
+
+@pytest.fixture(scope="session")
+def policy_file(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The sample policy plus the test-only runtime profiles; and the operator's own namespace."""
+    policy = yaml.safe_load((ROOT / "examples" / "policy.yaml").read_text())
+    policy["runtimeProfiles"].update(TEST_PROFILES)
+    path = tmp_path_factory.mktemp("policy") / "policy.yaml"
+    path.write_text(yaml.safe_dump(policy))
+    cluster.kubectl_run("create", "namespace", OPERATOR_NAMESPACE, check=False)  # holds the signing key
+    return path
+
 
 @pytest.fixture(scope="session")
 def operator(
-    cluster: Cluster, crds: None, tmp_path_factory: pytest.TempPathFactory
+    cluster: Cluster, crds: None, policy_file: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[OperatorProcess]:
-    """The real `gymsandbox operator` CLI as a subprocess, watching all namespaces, with the sample policy."""
-    workdir = tmp_path_factory.mktemp("operator")
-    policy = yaml.safe_load((ROOT / "examples" / "policy.yaml").read_text())
-    policy["runtimeProfiles"].update(TEST_PROFILES)
-    policy_file = workdir / "policy.yaml"
-    policy_file.write_text(yaml.safe_dump(policy))
-    cluster.kubectl_run("create", "namespace", OPERATOR_NAMESPACE, check=False)  # holds the signing key
-    log = workdir / "operator.log"
-    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "GYMSANDBOX_RESYNC_SECONDS": RESYNC_SECONDS}
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [
-                str(Path(sys.executable).parent / "gymsandbox"),
-                "operator",
-                "--policy",
-                str(policy_file),
-                "--operator-namespace",
-                OPERATOR_NAMESPACE,
-                "--verbose",
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
-    handle = OperatorProcess(process, log, policy)
-    deadline = time.monotonic() + 30
-    while "Starting the watch-stream for gymhosts" not in handle.output():
-        if process.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"the operator did not start:\n{handle.output()[-3000:]}")
-        time.sleep(0.2)
+    """The operator for ordinary tests: every `t-*` namespace (tests that run their own use `o-*`)."""
+    handle = OperatorProcess.launch(
+        cluster, policy_file, tmp_path_factory.mktemp("operator") / "operator.log", [f"{SHARED_PREFIX}-*"]
+    )
     yield handle
-    process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+    handle.stop()
+
+
+@pytest.fixture
+def own_namespace(request: pytest.FixtureRequest, core: client.CoreV1Api) -> Iterator[str]:
+    """A namespace no shared operator watches, for tests that stop and start their own operator."""
+    yield from _fresh_namespace(request, core, OWN_PREFIX)
+
+
+@pytest.fixture
+def start_operator(
+    cluster: Cluster, crds: None, policy_file: Path, own_namespace: str, tmp_path: Path
+) -> Iterator[Any]:
+    """Start (and restart) an operator that watches only `own_namespace`; all are stopped at the end."""
+    started: list[OperatorProcess] = []
+
+    def start() -> OperatorProcess:
+        handle = OperatorProcess.launch(cluster, policy_file, tmp_path / "operator.log", [own_namespace])
+        started.append(handle)
+        return handle
+
+    yield start
+    for handle in started:
+        handle.stop()
 
 
 @pytest.hookimpl(wrapper=True)

@@ -49,6 +49,11 @@ class Episodes:
         )
         return list(listed["items"])
 
+    def patch(self, name: str, body: dict[str, Any]) -> None:
+        self.custom.patch_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, "episodesandboxes", name, body
+        )
+
     def delete(self, name: str) -> None:
         try:
             self.custom.delete_namespaced_custom_object(

@@ -107,9 +107,11 @@ class Hosts:
                 f"gymhost {name}: wanted reason {reason}, last Ready: {self.ready(name)}"
             ) from None
 
-    def children(self) -> dict[str, list[str]]:
+    def children_of_episodes(self) -> dict[str, list[str]]:
+        return self.children("app.kubernetes.io/managed-by=gymsandbox,app.kubernetes.io/component=episode")
+
+    def children(self, selector: str = "app.kubernetes.io/managed-by=gymsandbox") -> dict[str, list[str]]:
         """Names of the Pods, Secrets, NetworkPolicies and Services the operator made in the namespace."""
-        selector = "app.kubernetes.io/managed-by=gymsandbox"
         return {
             "pods": [
                 p.metadata.name

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -15,6 +17,7 @@ from tests.integration.gymhosts import Hosts, apply, eventually, sample, set_pat
 pytestmark = pytest.mark.integration
 
 HOST = "swe-gym-run-1"
+MANY = 500
 
 
 @pytest.fixture
@@ -66,3 +69,145 @@ def test_never_more_than_the_cap_are_admitted_and_all_reach_ready_in_fifo_order(
         time.sleep(0.2)
     assert max_admitted <= 3
     assert ready_order == names
+
+
+def test_host_status_counts_active_and_queued_episodes(
+    cluster: Cluster, operator: OperatorProcess, namespace: str, hosts: Hosts, episodes: Episodes
+) -> None:
+    ready_host(cluster, namespace, hosts, spec__episodes__maxConcurrent=2)
+    for i in range(5):
+        episodes.create(episode(f"ep-{i}"))
+    eventually(
+        lambda: ((hosts.get(HOST) or {}).get("status") or {}).get("episodes") == {"active": 2, "queued": 3},
+        timeout=20,
+        what="host status episodes {active: 2, queued: 3}",
+    )
+    eventually(lambda: episodes.ready_reason("ep-4") == "QueuedConcurrencyLimit", timeout=10, what="queued")
+    waiting = episodes.get("ep-4") or {}
+    assert waiting["status"]["queuePosition"] == 3
+    assert episodes.condition(waiting, "Admitted")["reason"] == "QueuedConcurrencyLimit"
+
+
+def test_waiting_past_admission_timeout_is_terminal(
+    cluster: Cluster, operator: OperatorProcess, namespace: str, hosts: Hosts, episodes: Episodes
+) -> None:
+    ready_host(cluster, namespace, hosts, spec__episodes__maxConcurrent=1)
+    episodes.create(episode("holder"))
+    eventually(lambda: episodes.ready_reason("holder") == "SandboxReady", timeout=20, what="holder Ready")
+    episodes.create(episode("impatient", admissionTimeoutSeconds=2))
+    eventually(lambda: episodes.ready_reason("impatient") == "AdmissionTimeout", timeout=20, what="timeout")
+    episodes.delete("holder")  # a slot frees up, but giving up was final
+    time.sleep(4)
+    impatient = episodes.get("impatient") or {}
+    assert not impatient["status"].get("admittedAt")
+    assert episodes.condition(impatient, "Ready")["reason"] == "AdmissionTimeout"
+
+
+def test_expired_episode_is_deleted_within_ten_seconds_of_expires_at(
+    cluster: Cluster, operator: OperatorProcess, namespace: str, hosts: Hosts, episodes: Episodes
+) -> None:
+    ready_host(cluster, namespace, hosts)
+    episodes.create(episode("short", lifetime={"ttlSeconds": 3}))
+    eventually(lambda: episodes.ready_reason("short") == "SandboxReady", timeout=20, what="Ready")
+    expires_at = datetime.fromisoformat(
+        (episodes.get("short") or {})["status"]["expiresAt"].replace("Z", "+00:00")
+    )
+    eventually(lambda: episodes.get("short") is None, timeout=20, what="the expired episode to be deleted")
+    assert datetime.now(UTC) - expires_at < timedelta(seconds=10)
+    eventually(lambda: not any(hosts.children_of_episodes().values()), timeout=15, what="its children to go")
+
+
+def test_renewal_moves_expires_at(
+    cluster: Cluster, operator: OperatorProcess, namespace: str, hosts: Hosts, episodes: Episodes
+) -> None:
+    ready_host(cluster, namespace, hosts)
+    episodes.create(episode("renewed", lifetime={"ttlSeconds": 6}))
+    eventually(lambda: episodes.ready_reason("renewed") == "SandboxReady", timeout=20, what="Ready")
+    before = (episodes.get("renewed") or {})["status"]["expiresAt"]
+    episodes.patch("renewed", {"spec": {"lifetime": {"ttlSeconds": 600}}})
+    eventually(
+        lambda: ((episodes.get("renewed") or {}).get("status") or {}).get("expiresAt") not in (None, before),
+        timeout=10,
+        what="expiresAt to move",
+    )
+    time.sleep(8)  # past the original expiry
+    assert episodes.get("renewed") is not None
+
+
+def test_episode_children_are_restricted_and_owned(
+    cluster: Cluster,
+    operator: OperatorProcess,
+    namespace: str,
+    hosts: Hosts,
+    episodes: Episodes,
+    core: client.CoreV1Api,
+) -> None:
+    ready_host(cluster, namespace, hosts)
+    episodes.create(
+        episode(
+            "tidy",
+            user=4242,
+            workdir="/workspace",
+            env=[{"name": "TASK", "value": "t1"}],
+            workspace={"subPath": "workspaces/swe-gym-run-1/ep-tidy", "mountPath": "/workspace"},
+            egress={"allow": ["203.0.113.7:443"]},
+            labels={"team": "rl"},
+        )
+    )
+    eventually(lambda: episodes.ready_reason("tidy") == "SandboxReady", timeout=20, what="Ready")
+    pod = core.read_namespaced_pod("tidy-sandbox", namespace)
+    assert pod.spec.runtime_class_name == "kata-qemu"
+    assert pod.spec.automount_service_account_token is False
+    assert pod.spec.security_context.run_as_user == 4242
+    container = pod.spec.containers[0]
+    assert container.working_dir == "/workspace"
+    assert container.security_context.capabilities.drop == ["ALL"]
+    assert [(m.mount_path, m.sub_path) for m in container.volume_mounts] == [
+        ("/workspace", "workspaces/swe-gym-run-1/ep-tidy")
+    ]
+    assert pod.metadata.labels["team"] == "rl"
+    assert not any(e.name.startswith("GYMSANDBOX_") for e in container.env or [])
+    policy = client.NetworkingV1Api(core.api_client).read_namespaced_network_policy("tidy-egress", namespace)
+    cidrs = [block.ip_block.cidr for rule in policy.spec.egress for block in rule.to if block.ip_block]
+    assert cidrs == ["203.0.113.7/32"]
+    tidy = episodes.get("tidy") or {}
+    assert tidy["metadata"]["ownerReferences"][0]["kind"] == "GymHost"
+
+
+def test_episode_without_egress_gets_no_egress_at_all(
+    cluster: Cluster,
+    operator: OperatorProcess,
+    namespace: str,
+    hosts: Hosts,
+    episodes: Episodes,
+    core: client.CoreV1Api,
+) -> None:
+    ready_host(cluster, namespace, hosts)
+    episodes.create(episode("sealed"))
+    eventually(lambda: episodes.ready_reason("sealed") == "SandboxReady", timeout=20, what="Ready")
+    policy = client.NetworkingV1Api(core.api_client).read_namespaced_network_policy(
+        "sealed-egress", namespace
+    )
+    assert policy.spec.policy_types == ["Egress"]
+    assert not policy.spec.egress
+
+
+def test_deleting_an_episode_twice_and_a_host_with_many_leaves_nothing(
+    cluster: Cluster, operator: OperatorProcess, namespace: str, hosts: Hosts, episodes: Episodes
+) -> None:
+    ready_host(cluster, namespace, hosts, spec__episodes__maxConcurrent=16)
+    episodes.create(episode("twice"))
+    eventually(lambda: episodes.ready_reason("twice") == "SandboxReady", timeout=20, what="Ready")
+    episodes.delete("twice")
+    episodes.delete("twice")  # idempotent: already gone is fine
+    eventually(lambda: episodes.get("twice") is None, timeout=10, what="the episode to go")
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(lambda i: episodes.create(episode(f"many-{i:03d}")), range(MANY)))
+    eventually(
+        lambda: ((hosts.get(HOST) or {}).get("status") or {}).get("episodes", {}).get("active") == 16,
+        timeout=60,
+        what="16 episodes admitted",
+    )
+    cluster.kubectl_run("delete", "gymhost", HOST, "-n", namespace, "--timeout=60s")
+    eventually(lambda: not episodes.all(), timeout=120, what=f"all {MANY} episodes to be deleted")
+    eventually(lambda: not any(hosts.children().values()), timeout=60, what="every child to be deleted")

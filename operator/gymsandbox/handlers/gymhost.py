@@ -32,6 +32,7 @@ from gymsandbox.desired.service import host_endpoint, host_service
 from gymsandbox.handlers.common import announce, failure_fields, now, parse_time, timestamp
 from gymsandbox.handlers.context import ERROR_BACKOFF_SECONDS, RESYNC_SECONDS, OperatorContext
 from gymsandbox.handlers.kube import (
+    EPISODE,
     GYMHOST,
     NETWORK_POLICY,
     POD,
@@ -283,11 +284,13 @@ def pod_changed(body: kopf.Body, type: str | None, memo: kopf.Memo, **_: Any) ->
 
 @kopf.on.delete(GROUP, VERSION, "gymhosts", retries=5, backoff=2)
 def cleanup(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    """Stop the pod at once; the garbage collector removes the other children through their ownerReferences.
+    """Stop the pod at once and close the host's episodes, including those not yet adopted (the garbage
+    collector only knows owned ones); it removes the other children through their ownerReferences.
 
     Bounded by retries: after them kopf gives up, posts the error and releases the finalizer.
     """
     ctx: OperatorContext = memo.context
     owner = Owner(KIND, str(body.metadata.name), str(body.metadata.namespace), str(body.metadata.uid))
     delete_pod(ctx.kube, owner, host_pod_name(owner))
+    ctx.kube.delete_collection(EPISODE, owner.namespace, fields=f"spec.hostRef.name={owner.name}")
     ctx.locks.forget(owner.uid)

@@ -23,6 +23,7 @@ from gymsandbox.leases.tokens import (
     operate_claims,
     peek,
     verify,
+    verify_live,
 )
 
 __all__ = [
@@ -44,4 +45,5 @@ __all__ = [
     "peek",
     "signing_key_secret",
     "verify",
+    "verify_live",
 ]

@@ -30,6 +30,7 @@ import hmac
 import json
 import re
 import secrets
+from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -309,6 +310,40 @@ def verify(
         )
     if rollout_id is not None and claims.rollout_id != rollout_id:
         raise TokenError("wrong_rollout", "token is bound to a different rollout")
+    return claims
+
+
+def verify_live(
+    token: str,
+    key: SigningKey,
+    live: Mapping[str, Any],
+    *,
+    scopes: AbstractSet[Scope],
+    rollout_id: str | None = None,
+    now: int,
+) -> Claims:
+    """Verify ``token`` against ``live``, the object as just read from the API server.
+
+    The one check callers need: everything ``verify`` checks, with kind, namespace, name and uid taken from
+    the object itself, and an object that is being deleted counts as gone (``stale_object``).
+    """
+    meta = live.get("metadata") or {}
+    kind = live.get("kind")
+    if kind not in ("GymHost", "EpisodeSandbox"):
+        raise TokenError("wrong_object", "tokens are issued only for GymHost and EpisodeSandbox objects")
+    claims = verify(
+        token,
+        key,
+        kind=kind,
+        namespace=str(meta.get("namespace")),
+        name=str(meta.get("name")),
+        live_uid=str(meta.get("uid")),
+        scopes=scopes,
+        rollout_id=rollout_id,
+        now=now,
+    )
+    if meta.get("deletionTimestamp"):
+        raise TokenError("stale_object", f"the {kind} is being deleted")
     return claims
 
 

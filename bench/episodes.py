@@ -1,0 +1,740 @@
+#!/usr/bin/env python3
+"""Episode throughput benchmark: N EpisodeSandboxes under one GymHost, against a plain-client baseline.
+
+    python bench/episodes.py [-n 200] [--keep]
+
+Operator phase: a fresh namespace `bench-XXXXXX` with the sample PVC and GymHost (episodes.maxConcurrent
+= N, so nothing queues) and its own `gymsandbox operator --namespace bench-XXXXXX --verbose`. N episodes
+are created back to back by one client; a watch records when each one's Ready condition turns True.
+Baseline phase: in `bench-base-XXXXXX`, the same N items made by a plain client, each a Secret, a
+NetworkPolicy and a Pod in that order (as the operator does); a watch records when each Pod turns Ready.
+
+Reported, never asserted: create-to-Ready latency p50/p90/p99 (nearest rank; an item's clock starts when
+its first create is sent), wall time (first create to last Ready), API writes per item (the operator's
+are counted from its request log and its kopf events during the episode phase; the baseline's are 3) and
+the operator's peak RSS (VmHWM), with ratios operator/baseline. The last line is the same as JSON.
+
+Uses the cluster KUBECONFIG names, else the local control plane (`hack/cluster.py up`, reused if it runs;
+never stopped here). Every wait is bounded; both namespaces are deleted at the end unless --keep.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import json
+import math
+import os
+import re
+import secrets
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import yaml
+from kubernetes import client, config, watch
+from kubernetes.client.exceptions import ApiException
+from kubernetes.utils import parse_quantity
+
+ROOT = Path(__file__).resolve().parent.parent
+GROUP, VERSION, PLURAL = "gymsandbox.dev", "v1alpha1", "episodesandboxes"
+HOST = "swe-gym-run-1"
+IMAGE = "registry.example.com/episodes/python-sandbox:3.12"
+OPERATOR_NAMESPACE = "gymsandbox-system"
+RUNTIME_LABEL = "gymsandbox.dev/runtime"
+RUNTIME_CLASS = "kata-qemu"
+# The episode defaults (api/episode.py), used for the baseline pods too so both phases ask the same.
+EPISODE_RESOURCES = {"cpu": "500m", "memory": "512Mi", "ephemeral-storage": "1Gi"}
+RUN_AS = 65532
+RESTRICTED = {
+    "pod-security.kubernetes.io/enforce": "restricted",
+    "pod-security.kubernetes.io/enforce-version": "latest",
+}
+BENCH_LABEL = "gymsandbox.dev/bench"
+MIB = 1024 * 1024
+
+WRITE_LINE = re.compile(r'"(POST|PUT|PATCH|DELETE) (\S+) HTTP/1\.1" (\d{3})')
+KOPF_PATCH_LINE = re.compile(r"(?:Merge|JSON)-patching the (resource|status) with")
+
+
+def log(message: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------------------------- cluster
+
+
+def load_cluster_script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("gymsandbox_hack_cluster", ROOT / "hack" / "cluster.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@dataclass(frozen=True)
+class Cluster:
+    kubeconfig: Path
+    kubectl: Path
+
+    def kubectl_run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(self.kubectl), f"--kubeconfig={self.kubeconfig}", *args],
+            capture_output=True,
+            text=True,
+            check=check,
+            timeout=120,
+        )
+
+
+def find_cluster() -> Cluster:
+    """KUBECONFIG's cluster if set, else the local control plane (started if it is not running)."""
+    script = load_cluster_script()
+    tools: dict[str, Path] = script.binaries()
+    if os.environ.get("KUBECONFIG"):
+        return Cluster(Path(os.environ["KUBECONFIG"]), tools["kubectl"])
+    paths = script.Paths(script.STATE_DIR)
+    script.up(paths)  # reuses a running one
+    return Cluster(paths.kubeconfig, tools["kubectl"])
+
+
+def install_crds(cluster: Cluster, core: client.CoreV1Api) -> None:
+    cluster.kubectl_run("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
+    cluster.kubectl_run("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+    with contextlib.suppress(ApiException):  # 409: it exists (it holds the signing key)
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=OPERATOR_NAMESPACE)))
+
+
+def create_namespace(core: client.CoreV1Api, prefix: str) -> str:
+    name = f"{prefix}-{secrets.token_hex(3)}"
+    labels = {**RESTRICTED, BENCH_LABEL: "true"}
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels=labels)))
+    return name
+
+
+def delete_namespace(core: client.CoreV1Api, name: str, timeout: float) -> bool:
+    """Delete and wait until it is gone; False if it is still there at the deadline."""
+    try:
+        core.delete_namespace(name)
+    except ApiException as e:
+        if e.status == 404:
+            return True
+        raise
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            core.read_namespace(name)
+        except ApiException as e:
+            if e.status == 404:
+                return True
+            raise
+        time.sleep(0.5)
+    return False
+
+
+def free_slots(core: client.CoreV1Api, per_pod: Mapping[str, str]) -> tuple[int, str]:
+    """How many more pods asking `per_pod` fit on the kata node(s) now, and a one-line account of it."""
+    total, notes = 0, []
+    for node in core.list_node(label_selector=f"{RUNTIME_LABEL}=kata").items:
+        alloc = node.status.allocatable or {}
+        pods = core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node.metadata.name}").items
+        live = [p for p in pods if p.status.phase not in ("Succeeded", "Failed")]
+        used: Counter[str] = Counter()
+        for pod in live:
+            for container in pod.spec.containers:
+                for key, value in ((container.resources and container.resources.requests) or {}).items():
+                    used[key] += parse_quantity(value)
+        fits = int(alloc.get("pods", "0")) - len(live)
+        for key, value in per_pod.items():
+            room = parse_quantity(alloc.get(key, "0")) - Decimal(used[key])
+            fits = min(fits, math.floor(room / parse_quantity(value)))
+        total += max(0, fits)
+        notes.append(
+            f"{node.metadata.name}: {len(live)}/{alloc.get('pods')} pods, "
+            f"cpu requested {used['cpu']}/{alloc.get('cpu')}"
+        )
+    return total, "; ".join(notes) or "no node labelled for the kata runtime"
+
+
+# ---------------------------------------------------------------------------------------------- watching
+
+
+def condition_true(conditions: Any, kind: str) -> bool:
+    return any(c.get("type") == kind and c.get("status") == "True" for c in conditions or [])
+
+
+def episode_state(obj: Mapping[str, Any]) -> tuple[bool, str]:
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    ready = next((c for c in conditions if c.get("type") == "Ready"), {})
+    return ready.get("status") == "True", str(ready.get("reason") or "NoStatusYet")
+
+
+def pod_state(obj: Mapping[str, Any]) -> tuple[bool, str]:
+    status = obj.get("status") or {}
+    conditions = status.get("conditions") or []
+    scheduled = next((c for c in conditions if c.get("type") == "PodScheduled"), {})
+    if scheduled.get("status") == "False":
+        return False, str(scheduled.get("reason") or "NotScheduled")
+    return condition_true(conditions, "Ready"), str(status.get("phase") or "NoStatusYet")
+
+
+class ReadyWatcher(threading.Thread):
+    """Watches one list endpoint and records the first moment each object is seen Ready."""
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        list_call: Callable[..., Any],
+        args: tuple[Any, ...],
+        state: Callable[[Mapping[str, Any]], tuple[bool, str]],
+        deadline: float,
+    ) -> None:
+        super().__init__(daemon=True)
+        self.api, self.list_call, self.args, self.state, self.deadline = api, list_call, args, state, deadline
+        self.ready: dict[str, float] = {}
+        self.reasons: dict[str, str] = {}
+        self.stopping = threading.Event()
+        self.started_watch = threading.Event()
+        self.error: BaseException | None = None
+
+    def observe(self, obj: Any) -> None:
+        body = obj if isinstance(obj, dict) else self.api.sanitize_for_serialization(obj)
+        name = body["metadata"]["name"]
+        is_ready, reason = self.state(body)
+        self.reasons[name] = reason
+        if is_ready and name not in self.ready:
+            self.ready[name] = time.monotonic()
+
+    def relist(self) -> str:
+        listed = self.list_call(*self.args)
+        items = listed["items"] if isinstance(listed, dict) else listed.items
+        for item in items:
+            self.observe(item)
+        meta = listed["metadata"] if isinstance(listed, dict) else listed.metadata.to_dict()
+        return str(meta["resourceVersion"] if "resourceVersion" in meta else meta["resource_version"])
+
+    def run(self) -> None:
+        try:
+            version = self.relist()
+            self.started_watch.set()
+            while not self.stopping.is_set() and time.monotonic() < self.deadline:
+                version = self.watch_once(version)
+        except BaseException as e:  # reported by the main thread
+            self.error = e
+            self.started_watch.set()
+
+    def watch_once(self, version: str) -> str:
+        stream = watch.Watch()
+        try:
+            for event in stream.stream(
+                self.list_call, *self.args, resource_version=version, timeout_seconds=5
+            ):
+                if event["type"] == "ERROR":
+                    return self.relist()  # 410 Gone and the like: start again from a fresh list
+                obj = event["object"]
+                self.observe(obj)
+                meta = obj["metadata"] if isinstance(obj, dict) else obj.metadata.to_dict()
+                version = str(meta.get("resourceVersion") or meta.get("resource_version") or version)
+                if self.stopping.is_set():
+                    break
+        except ApiException as e:
+            if e.status != 410:
+                raise
+            return self.relist()
+        finally:
+            stream.stop()
+        return version
+
+
+def wait_all_ready(watcher: ReadyWatcher, names: list[str], stall: float) -> None:
+    """Until every name is Ready, the deadline, or `stall` seconds without a new Ready."""
+    progress, last = time.monotonic(), -1
+    while watcher.is_alive() and time.monotonic() < watcher.deadline:
+        done = sum(1 for n in names if n in watcher.ready)
+        if done == len(names):
+            break
+        if done != last:
+            progress, last = time.monotonic(), done
+        elif time.monotonic() - progress > stall:
+            log(f"no new Ready for {stall:.0f} s; giving up with {done}/{len(names)} Ready")
+            break
+        time.sleep(0.2)
+    watcher.stopping.set()
+    watcher.join(timeout=15)
+    if watcher.error is not None:
+        raise watcher.error
+
+
+# ---------------------------------------------------------------------------------------------- results
+
+
+@dataclass
+class PhaseResult:
+    sent: dict[str, float]  # first create sent, monotonic
+    ready: dict[str, float]  # first seen Ready, monotonic
+    reasons: dict[str, str]  # last Ready reason seen, for the ones that never got there
+    writes: Counter[str] = field(default_factory=Counter)
+    create_seconds: float = 0.0
+
+    @property
+    def latencies(self) -> list[float]:
+        return sorted(self.ready[n] - t for n, t in self.sent.items() if n in self.ready)
+
+    @property
+    def ready_count(self) -> int:
+        return sum(1 for n in self.sent if n in self.ready)
+
+    def percentile(self, p: float) -> float | None:
+        values = self.latencies
+        if not values:
+            return None
+        return values[max(0, math.ceil(p / 100 * len(values)) - 1)]
+
+    @property
+    def wall(self) -> float | None:
+        ready = [self.ready[n] for n in self.sent if n in self.ready]
+        return max(ready) - min(self.sent.values()) if ready else None
+
+    def not_ready(self) -> Counter[str]:
+        return Counter(self.reasons.get(n, "NeverSeen") for n in self.sent if n not in self.ready)
+
+
+# ---------------------------------------------------------------------------------------------- operator
+
+
+@dataclass
+class Operator:
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    @classmethod
+    def launch(cls, kubeconfig: Path, policy: Path, namespace: str, log_path: Path) -> Operator:
+        argv = [str(Path(sys.executable).parent / "gymsandbox"), "operator", "--policy", str(policy)]
+        argv += ["--namespace", namespace, "--operator-namespace", OPERATOR_NAMESPACE, "--verbose"]
+        env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+        with log_path.open("ab") as out:
+            process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
+        handle = cls(process, log_path)
+        log(f"operator pid {process.pid}, log {log_path}")
+        deadline = time.monotonic() + 60
+        wanted = ("Starting the watch-stream for gymhosts", f"Starting the watch-stream for {PLURAL}")
+        while not all(w in handle.text() for w in wanted):
+            if process.poll() is not None or time.monotonic() > deadline:
+                handle.stop()
+                raise RuntimeError(f"the operator did not start:\n{handle.text()[-3000:]}")
+            time.sleep(0.2)
+        return handle
+
+    def text(self, start: int = 0, end: int | None = None) -> str:
+        with self.log_path.open("rb") as f:
+            f.seek(start)
+            data = f.read() if end is None else f.read(max(0, end - start))
+        return data.decode(errors="replace")
+
+    def offset(self) -> int:
+        return self.log_path.stat().st_size
+
+    def peak_rss_mib(self) -> float | None:
+        try:
+            status = Path(f"/proc/{self.process.pid}/status").read_text()
+        except OSError:
+            return None
+        match = re.search(r"^VmHWM:\s+(\d+) kB", status, re.MULTILINE)
+        return int(match.group(1)) / 1024 if match else None
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=20)
+
+
+def resource_of(path: str) -> str:
+    """`/api/v1/namespaces/ns/pods/x/status?...` -> `pods/status`; `/apis/g/v/things` -> `things`."""
+    parts = path.split("?", 1)[0].strip("/").split("/")
+    rest = (
+        parts[parts.index("namespaces") + 2 :]
+        if "namespaces" in parts[:-1]
+        else parts[2 + (parts[0] == "apis") :]
+    )
+    if not rest:
+        return "namespaces"
+    return f"{rest[0]}/{rest[2]}" if len(rest) >= 3 else rest[0]
+
+
+def count_writes(log_text: str) -> Counter[str]:
+    """The operator's writes in a stretch of its --verbose log: kubernetes-client requests (urllib3 logs
+    each one) and kopf's own patches (kopf logs each one; its other requests go unlogged)."""
+    writes: Counter[str] = Counter()
+    for line in log_text.splitlines():
+        if match := WRITE_LINE.search(line):
+            writes[f"{match.group(1)} {resource_of(match.group(2))}"] += 1
+        elif match := KOPF_PATCH_LINE.search(line):
+            writes[f"PATCH ({match.group(1)}, by kopf)"] += 1
+    return writes
+
+
+def kopf_events(core: client.CoreV1Api, namespace: str) -> set[str]:
+    events = core.list_namespaced_event(namespace).items
+    return {
+        e.metadata.name
+        for e in events
+        if e.reporting_component == "kopf" or (e.source and e.source.component == "kopf")
+    }
+
+
+def write_policy(directory: Path, n: int) -> Path:
+    """The sample policy, with room for N episodes on one host."""
+    policy = yaml.safe_load((ROOT / "examples" / "policy.yaml").read_text())
+    caps = policy.setdefault("caps", {})
+    caps["maxEpisodesPerHost"] = max(n, int(caps.get("maxEpisodesPerHost") or 0))
+    path = directory / "policy.yaml"
+    path.write_text(yaml.safe_dump(policy))
+    return path
+
+
+def create_host(api: client.ApiClient, namespace: str, n: int, timeout: float) -> None:
+    """The sample PVC and GymHost with episodes.maxConcurrent = N; returns once the host is Ready."""
+    claim, host = yaml.safe_load_all((ROOT / "examples" / "gymhost.yaml").read_text())
+    host["spec"]["episodes"]["maxConcurrent"] = n
+    client.CoreV1Api(api).create_namespaced_persistent_volume_claim(namespace, claim)
+    custom = client.CustomObjectsApi(api)
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "gymhosts", host)
+    deadline, reason = time.monotonic() + timeout, "NoStatusYet"
+    while time.monotonic() < deadline:
+        obj = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "gymhosts", HOST)
+        ready, reason = episode_state(obj)
+        if ready:
+            return
+        time.sleep(0.5)
+    raise TimeoutError(f"GymHost {HOST} not Ready after {timeout:.0f} s (last reason {reason})")
+
+
+def episode(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "EpisodeSandbox",
+        "metadata": {"name": name},
+        "spec": {"hostRef": {"name": HOST}, "rolloutId": "bench", "image": IMAGE},
+    }
+
+
+def operator_phase(run: Run, namespace: str, operator: Operator) -> PhaseResult:
+    n, custom, core = run.args.n, client.CustomObjectsApi(run.api), run.core
+    watcher = ReadyWatcher(
+        run.watch_client(),
+        custom.list_namespaced_custom_object,
+        (GROUP, VERSION, namespace, PLURAL),
+        episode_state,
+        time.monotonic() + run.args.timeout,
+    )
+    watcher.start()
+    watcher.started_watch.wait(timeout=30)
+    names = [f"ep-{i:04d}" for i in range(n)]
+    sent: dict[str, float] = {}
+    events_before = kopf_events(core, namespace)
+    start_offset = operator.offset()
+    for name in names:
+        sent[name] = time.monotonic()
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, episode(name))
+    created = time.monotonic() - min(sent.values())
+    log(f"created {n} episodes in {created:.1f} s; waiting for Ready")
+    wait_all_ready(watcher, names, run.args.stall)
+    time.sleep(2)  # the writes that trail the last Ready (kopf's bookkeeping patch, events)
+    writes = count_writes(operator.text(start_offset, operator.offset()))
+    events = len(kopf_events(core, namespace) - events_before)
+    if events:
+        writes["POST events (kopf)"] += events
+    return PhaseResult(sent, dict(watcher.ready), dict(watcher.reasons), writes, created)
+
+
+def baseline_items(index: int) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """A Secret, a deny-all-egress NetworkPolicy (DNS and broker only) and a restricted kata Pod."""
+    name = f"item-{index:04d}"
+    labels = {BENCH_LABEL: name}
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": f"{name}-lease", "labels": labels},
+        "type": "Opaque",
+        "stringData": {"token": secrets.token_urlsafe(32)},
+    }
+    peer = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}}}
+    network_policy = {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": f"{name}-egress", "labels": labels},
+        "spec": {
+            "podSelector": {"matchLabels": labels},
+            "policyTypes": ["Egress"],
+            "egress": [
+                {
+                    "to": [{**peer, "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
+                    "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
+                },
+                {
+                    "to": [
+                        {
+                            "namespaceSelector": {
+                                "matchLabels": {"kubernetes.io/metadata.name": OPERATOR_NAMESPACE}
+                            },
+                            "podSelector": {"matchLabels": {"app.kubernetes.io/name": "gymsandbox-broker"}},
+                        }
+                    ],
+                    "ports": [{"protocol": "TCP", "port": 8443}],
+                },
+            ],
+        },
+    }
+    security = {"runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"{name}-sandbox", "labels": labels},
+        "spec": {
+            "automountServiceAccountToken": False,
+            "enableServiceLinks": False,
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 5,
+            "runtimeClassName": RUNTIME_CLASS,
+            "nodeSelector": {RUNTIME_LABEL: "kata"},
+            "securityContext": {**security, "fsGroup": RUN_AS, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [
+                {
+                    "name": "sandbox",
+                    "image": IMAGE,
+                    "resources": {"requests": EPISODE_RESOURCES, "limits": EPISODE_RESOURCES},
+                    "securityContext": {
+                        **security,
+                        "allowPrivilegeEscalation": False,
+                        "capabilities": {"drop": ["ALL"]},
+                        "privileged": False,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
+                }
+            ],
+        },
+    }
+    return secret, network_policy, pod
+
+
+def baseline_phase(run: Run, namespace: str) -> PhaseResult:
+    n, core, networking = run.args.n, run.core, client.NetworkingV1Api(run.api)
+    deadline = time.monotonic() + run.args.timeout
+    watcher = ReadyWatcher(run.watch_client(), core.list_namespaced_pod, (namespace,), pod_state, deadline)
+    watcher.start()
+    watcher.started_watch.wait(timeout=30)
+    sent: dict[str, float] = {}
+    names = []
+    for i in range(n):
+        secret, network_policy, pod = baseline_items(i)
+        name = pod["metadata"]["name"]
+        names.append(name)
+        sent[name] = time.monotonic()
+        core.create_namespaced_secret(namespace, secret)
+        networking.create_namespaced_network_policy(namespace, network_policy)
+        core.create_namespaced_pod(namespace, pod)
+    created = time.monotonic() - min(sent.values())
+    log(f"created {n} Secrets, NetworkPolicies and Pods in {created:.1f} s; waiting for Ready")
+    wait_all_ready(watcher, names, run.args.stall)
+    writes = Counter({"POST secrets": n, "POST networkpolicies": n, "POST pods": n})
+    return PhaseResult(sent, dict(watcher.ready), dict(watcher.reasons), writes, created)
+
+
+# ---------------------------------------------------------------------------------------------- report
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def fmt(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def report(n: int, op: PhaseResult, base: PhaseResult, rss: Mapping[str, float | None]) -> dict[str, Any]:
+    rows: list[tuple[str, float | None, float | None]] = [
+        (f"p{p} create-to-Ready (s)", op.percentile(p), base.percentile(p)) for p in (50, 90, 99)
+    ]
+    rows.append(("wall, first create to last Ready (s)", op.wall, base.wall))
+    rows.append(("creates sent in (s)", op.create_seconds, base.create_seconds))
+    op_writes, base_writes = sum(op.writes.values()) / n, sum(base.writes.values()) / n
+    rows.append(("API writes per item", op_writes, base_writes))
+    print()
+    print(f"N = {n}; Ready: operator {op.ready_count}/{n}, baseline {base.ready_count}/{n}")
+    print(f"{'metric':<40} {'operator':>10} {'baseline':>10} {'ratio':>8}")
+    for label, a, b in rows:
+        print(f"{label:<40} {fmt(a):>10} {fmt(b):>10} {fmt(ratio(a, b), 2):>8}")
+    print(f"{'operator peak RSS, VmHWM (MiB)':<40} {fmt(rss.get('peak'), 1):>10}")
+    print(f"{'  peak by the last Ready (MiB)':<40} {fmt(rss.get('at_ready'), 1):>10}")
+    print()
+    print("operator writes during the episode phase, per episode:")
+    for key, count in op.writes.most_common():
+        print(f"  {key:<50} {count / n:8.2f}  ({count})")
+    for label, phase in (("operator", op), ("baseline", base)):
+        if missing := phase.not_ready():
+            print(f"{label}: not Ready at the end, by last reason: {dict(missing)}")
+    summary: dict[str, Any] = {
+        "n": n,
+        "ready": {"operator": op.ready_count, "baseline": base.ready_count},
+        "operator_peak_rss_mib": rss.get("peak"),
+        "operator_rss_at_ready_mib": rss.get("at_ready"),
+        "operator_writes": dict(op.writes),
+        "not_ready": {"operator": dict(op.not_ready()), "baseline": dict(base.not_ready())},
+    }
+    keys = ["p50_s", "p90_s", "p99_s", "wall_s", "create_s", "writes_per_item"]
+    for key, (_, a, b) in zip(keys, rows, strict=True):
+        summary[key] = {"operator": a, "baseline": b, "ratio": ratio(a, b)}
+    print()
+    print(json.dumps(summary, sort_keys=True))
+    return summary
+
+
+# ---------------------------------------------------------------------------------------------- main
+
+
+@dataclass
+class Run:
+    args: argparse.Namespace
+    cluster: Cluster
+    api: client.ApiClient
+    workdir: Path
+    namespaces: list[str] = field(default_factory=list)
+    operator: Operator | None = None
+    rss: dict[str, float | None] = field(default_factory=dict)
+
+    @property
+    def core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(self.api)
+
+    def watch_client(self) -> client.ApiClient:
+        """A connection pool of its own for a watching thread."""
+        return config.new_client_from_config(config_file=str(self.cluster.kubeconfig))
+
+    def remove(self, namespace: str) -> None:
+        if self.args.keep or namespace not in self.namespaces:
+            return
+        log(f"deleting namespace {namespace}")
+        if not delete_namespace(self.core, namespace, timeout=180):
+            log(f"namespace {namespace} is still terminating after 180 s; left to the API server")
+        self.namespaces.remove(namespace)
+
+    def stop_operator(self) -> None:
+        if self.operator is not None:
+            self.rss["peak"] = self.operator.peak_rss_mib()
+            log(f"stopping the operator (pid {self.operator.process.pid})")
+            self.operator.stop()
+            self.operator = None
+
+
+def preflight(run: Run) -> None:
+    n = run.args.n
+    slots, account = free_slots(run.core, EPISODE_RESOURCES)
+    log(f"kata capacity now: {account}; about {slots} pods of {EPISODE_RESOURCES} fit")
+    host_pod_share = 4  # the GymHost pod asks 2 CPUs: four episode pods' worth
+    if n + host_pod_share > slots:
+        log(
+            f"WARNING: N={n} exceeds what the kata node(s) can hold now "
+            f"(~{slots - host_pod_share} episodes): the rest stay Pending (Unschedulable) "
+            "and each phase ends when Ready stalls"
+        )
+
+
+def phase_one(run: Run) -> PhaseResult:
+    args = run.args
+    namespace = create_namespace(run.core, "bench")
+    run.namespaces.append(namespace)
+    log(f"operator phase in namespace {namespace}")
+    policy = write_policy(run.workdir, args.n)
+    run.operator = Operator.launch(run.cluster.kubeconfig, policy, namespace, run.workdir / "operator.log")
+    create_host(run.api, namespace, args.n, timeout=120)
+    log("GymHost Ready; creating episodes")
+    result = operator_phase(run, namespace, run.operator)
+    run.rss["at_ready"] = run.operator.peak_rss_mib()
+    if result.ready_count < args.n:
+        tail = run.operator.text()[-4000:]
+        log(f"operator log tail:\n{tail}")
+    run.remove(namespace)  # while the operator runs: it holds the GymHost's finalizer
+    run.stop_operator()
+    return result
+
+
+def phase_two(run: Run) -> PhaseResult:
+    namespace = create_namespace(run.core, "bench-base")
+    run.namespaces.append(namespace)
+    log(f"baseline phase in namespace {namespace}")
+    result = baseline_phase(run, namespace)
+    run.remove(namespace)
+    return result
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("-n", type=int, default=200, help="episodes (and baseline items); default 200")
+    parser.add_argument("--keep", action="store_true", help="keep both namespaces and the operator log")
+    parser.add_argument("--timeout", type=float, default=600, help="per-phase limit in seconds (600)")
+    parser.add_argument("--stall", type=float, default=60, help="give up after this long with no new Ready")
+    args = parser.parse_args(argv)
+    if not 1 <= args.n <= 1000:
+        parser.error("-n must be between 1 and 1000 (the CRD's maxConcurrent bound)")
+    return args
+
+
+@contextlib.contextmanager
+def workdir(keep: bool) -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="gymsandbox-bench-"))
+    try:
+        yield path
+    finally:
+        if keep:
+            log(f"kept {path}")
+        else:
+            for child in path.iterdir():
+                child.unlink()
+            path.rmdir()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    cluster = find_cluster()
+    api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
+    with workdir(args.keep) as directory:
+        run = Run(args, cluster, api, directory)
+        install_crds(cluster, run.core)
+        preflight(run)
+        try:
+            operator_result = phase_one(run)
+            baseline_result = phase_two(run)
+        finally:
+            for namespace in list(run.namespaces):
+                run.remove(namespace)
+            run.stop_operator()
+            if args.keep and run.namespaces:
+                log(
+                    f"kept namespaces {run.namespaces}; "
+                    "the GymHost keeps its finalizer until an operator runs"
+                )
+        report(args.n, operator_result, baseline_result, run.rss)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
