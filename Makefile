@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 CLUSTER := $(PY) hack/cluster.py
 
-.PHONY: help venv binaries cluster-up cluster-down lint unit integration test run crds
+.PHONY: help venv binaries cluster-up cluster-down lint unit integration test run crds bench
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -51,3 +51,6 @@ test: venv binaries lint ## everything CI runs: lint, unit and integration tests
 
 run: venv binaries ## the main job: the operator (and the sample GymHost) on KUBECONFIG's cluster, or a local one
 	hack/run.sh
+
+bench: venv binaries ## N episodes (default 200) vs a plain-client baseline: latency, writes, RSS as ratios
+	$(PY) bench/episodes.py -n $(or $(N),200)

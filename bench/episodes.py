@@ -118,6 +118,13 @@ def install_crds(cluster: Cluster, core: client.CoreV1Api) -> None:
         core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=OPERATOR_NAMESPACE)))
 
 
+def new_client(kubeconfig: Path) -> client.ApiClient:
+    api: client.ApiClient = config.new_client_from_config(  # type: ignore[no-untyped-call]
+        config_file=str(kubeconfig)
+    )
+    return api
+
+
 def create_namespace(core: client.CoreV1Api, prefix: str) -> str:
     name = f"{prefix}-{secrets.token_hex(3)}"
     labels = {**RESTRICTED, BENCH_LABEL: "true"}
@@ -145,26 +152,37 @@ def delete_namespace(core: client.CoreV1Api, name: str, timeout: float) -> bool:
     return False
 
 
+def plain(api: client.ApiClient, obj: object) -> dict[str, Any]:
+    """A client model (or a dict) as the API's JSON: camelCase keys, no None values."""
+    body: dict[str, Any] = api.sanitize_for_serialization(obj)  # type: ignore[no-untyped-call]
+    return body
+
+
+def quantity(value: str) -> Decimal:
+    parsed: Decimal = parse_quantity(value)  # type: ignore[no-untyped-call]
+    return parsed
+
+
 def free_slots(core: client.CoreV1Api, per_pod: Mapping[str, str]) -> tuple[int, str]:
     """How many more pods asking `per_pod` fit on the kata node(s) now, and a one-line account of it."""
     total, notes = 0, []
-    for node in core.list_node(label_selector=f"{RUNTIME_LABEL}=kata").items:
-        alloc = node.status.allocatable or {}
-        pods = core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node.metadata.name}").items
-        live = [p for p in pods if p.status.phase not in ("Succeeded", "Failed")]
-        used: Counter[str] = Counter()
+    for node in plain(core.api_client, core.list_node(label_selector=f"{RUNTIME_LABEL}=kata"))["items"]:
+        name, alloc = node["metadata"]["name"], node.get("status", {}).get("allocatable", {})
+        pods = plain(
+            core.api_client, core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={name}")
+        )
+        live = [p for p in pods["items"] if p.get("status", {}).get("phase") not in ("Succeeded", "Failed")]
+        used: dict[str, Decimal] = {key: Decimal(0) for key in per_pod}
         for pod in live:
-            for container in pod.spec.containers:
-                for key, value in ((container.resources and container.resources.requests) or {}).items():
-                    used[key] += parse_quantity(value)
+            for container in pod["spec"]["containers"]:
+                for key, value in container.get("resources", {}).get("requests", {}).items():
+                    used[key] = used.get(key, Decimal(0)) + quantity(value)
         fits = int(alloc.get("pods", "0")) - len(live)
         for key, value in per_pod.items():
-            room = parse_quantity(alloc.get(key, "0")) - Decimal(used[key])
-            fits = min(fits, math.floor(room / parse_quantity(value)))
+            fits = min(fits, math.floor((quantity(alloc.get(key, "0")) - used[key]) / quantity(value)))
         total += max(0, fits)
         notes.append(
-            f"{node.metadata.name}: {len(live)}/{alloc.get('pods')} pods, "
-            f"cpu requested {used['cpu']}/{alloc.get('cpu')}"
+            f"{name}: {len(live)}/{alloc.get('pods')} pods, cpu requested {used['cpu']}/{alloc.get('cpu')}"
         )
     return total, "; ".join(notes) or "no node labelled for the kata runtime"
 
@@ -178,14 +196,14 @@ def condition_true(conditions: Any, kind: str) -> bool:
 
 def episode_state(obj: Mapping[str, Any]) -> tuple[bool, str]:
     conditions = (obj.get("status") or {}).get("conditions") or []
-    ready = next((c for c in conditions if c.get("type") == "Ready"), {})
+    ready: dict[str, Any] = next((c for c in conditions if c.get("type") == "Ready"), {})
     return ready.get("status") == "True", str(ready.get("reason") or "NoStatusYet")
 
 
 def pod_state(obj: Mapping[str, Any]) -> tuple[bool, str]:
     status = obj.get("status") or {}
     conditions = status.get("conditions") or []
-    scheduled = next((c for c in conditions if c.get("type") == "PodScheduled"), {})
+    scheduled: dict[str, Any] = next((c for c in conditions if c.get("type") == "PodScheduled"), {})
     if scheduled.get("status") == "False":
         return False, str(scheduled.get("reason") or "NotScheduled")
     return condition_true(conditions, "Ready"), str(status.get("phase") or "NoStatusYet")
@@ -210,8 +228,7 @@ class ReadyWatcher(threading.Thread):
         self.started_watch = threading.Event()
         self.error: BaseException | None = None
 
-    def observe(self, obj: Any) -> None:
-        body = obj if isinstance(obj, dict) else self.api.sanitize_for_serialization(obj)
+    def observe(self, body: Mapping[str, Any]) -> None:
         name = body["metadata"]["name"]
         is_ready, reason = self.state(body)
         self.reasons[name] = reason
@@ -219,12 +236,10 @@ class ReadyWatcher(threading.Thread):
             self.ready[name] = time.monotonic()
 
     def relist(self) -> str:
-        listed = self.list_call(*self.args)
-        items = listed["items"] if isinstance(listed, dict) else listed.items
-        for item in items:
+        listed = plain(self.api, self.list_call(*self.args))
+        for item in listed["items"]:
             self.observe(item)
-        meta = listed["metadata"] if isinstance(listed, dict) else listed.metadata.to_dict()
-        return str(meta["resourceVersion"] if "resourceVersion" in meta else meta["resource_version"])
+        return str(listed["metadata"]["resourceVersion"])
 
     def run(self) -> None:
         try:
@@ -237,17 +252,18 @@ class ReadyWatcher(threading.Thread):
             self.started_watch.set()
 
     def watch_once(self, version: str) -> str:
-        stream = watch.Watch()
+        """One watch request (at most 5 s), from `version`; returns the version to go on from."""
+        stream = watch.Watch()  # type: ignore[no-untyped-call]
+        events = stream.stream(  # type: ignore[no-untyped-call]
+            self.list_call, *self.args, resource_version=version, timeout_seconds=5
+        )
         try:
-            for event in stream.stream(
-                self.list_call, *self.args, resource_version=version, timeout_seconds=5
-            ):
+            for event in events:
                 if event["type"] == "ERROR":
                     return self.relist()  # 410 Gone and the like: start again from a fresh list
-                obj = event["object"]
-                self.observe(obj)
-                meta = obj["metadata"] if isinstance(obj, dict) else obj.metadata.to_dict()
-                version = str(meta.get("resourceVersion") or meta.get("resource_version") or version)
+                body = plain(self.api, event["object"])
+                self.observe(body)
+                version = str(body["metadata"].get("resourceVersion") or version)
                 if self.stopping.is_set():
                     break
         except ApiException as e:
@@ -255,7 +271,7 @@ class ReadyWatcher(threading.Thread):
                 raise
             return self.relist()
         finally:
-            stream.stop()
+            stream.stop()  # type: ignore[no-untyped-call]
         return version
 
 
@@ -391,11 +407,12 @@ def count_writes(log_text: str) -> Counter[str]:
 
 
 def kopf_events(core: client.CoreV1Api, namespace: str) -> set[str]:
-    events = core.list_namespaced_event(namespace).items
+    """Names of the events kopf posted in the namespace (its event posts are not in its log)."""
+    events = plain(core.api_client, core.list_namespaced_event(namespace))["items"]
     return {
-        e.metadata.name
+        str(e["metadata"]["name"])
         for e in events
-        if e.reporting_component == "kopf" or (e.source and e.source.component == "kopf")
+        if "kopf" in (e.get("reportingComponent"), e.get("source", {}).get("component"))
     }
 
 
@@ -418,7 +435,7 @@ def create_host(api: client.ApiClient, namespace: str, n: int, timeout: float) -
     custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "gymhosts", host)
     deadline, reason = time.monotonic() + timeout, "NoStatusYet"
     while time.monotonic() < deadline:
-        obj = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "gymhosts", HOST)
+        obj = plain(api, custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "gymhosts", HOST))
         ready, reason = episode_state(obj)
         if ready:
             return
@@ -437,9 +454,10 @@ def episode(name: str) -> dict[str, Any]:
 
 def operator_phase(run: Run, namespace: str, operator: Operator) -> PhaseResult:
     n, custom, core = run.args.n, client.CustomObjectsApi(run.api), run.core
+    watch_api = run.watch_client()
     watcher = ReadyWatcher(
-        run.watch_client(),
-        custom.list_namespaced_custom_object,
+        watch_api,
+        client.CustomObjectsApi(watch_api).list_namespaced_custom_object,
         (GROUP, VERSION, namespace, PLURAL),
         episode_state,
         time.monotonic() + run.args.timeout,
@@ -537,7 +555,9 @@ def baseline_items(index: int) -> tuple[dict[str, Any], dict[str, Any], dict[str
 def baseline_phase(run: Run, namespace: str) -> PhaseResult:
     n, core, networking = run.args.n, run.core, client.NetworkingV1Api(run.api)
     deadline = time.monotonic() + run.args.timeout
-    watcher = ReadyWatcher(run.watch_client(), core.list_namespaced_pod, (namespace,), pod_state, deadline)
+    watch_api = run.watch_client()
+    list_pods = client.CoreV1Api(watch_api).list_namespaced_pod
+    watcher = ReadyWatcher(watch_api, list_pods, (namespace,), pod_state, deadline)
     watcher.start()
     watcher.started_watch.wait(timeout=30)
     sent: dict[str, float] = {}
@@ -547,9 +567,10 @@ def baseline_phase(run: Run, namespace: str) -> PhaseResult:
         name = pod["metadata"]["name"]
         names.append(name)
         sent[name] = time.monotonic()
-        core.create_namespaced_secret(namespace, secret)
-        networking.create_namespaced_network_policy(namespace, network_policy)
-        core.create_namespaced_pod(namespace, pod)
+        # The client takes plain dicts as bodies; its annotations name only its models.
+        core.create_namespaced_secret(namespace, secret)  # type: ignore[arg-type]
+        networking.create_namespaced_network_policy(namespace, network_policy)  # type: ignore[arg-type]
+        core.create_namespaced_pod(namespace, pod)  # type: ignore[arg-type]
     created = time.monotonic() - min(sent.values())
     log(f"created {n} Secrets, NetworkPolicies and Pods in {created:.1f} s; waiting for Ready")
     wait_all_ready(watcher, names, run.args.stall)
@@ -625,7 +646,7 @@ class Run:
 
     def watch_client(self) -> client.ApiClient:
         """A connection pool of its own for a watching thread."""
-        return config.new_client_from_config(config_file=str(self.cluster.kubeconfig))
+        return new_client(self.cluster.kubeconfig)
 
     def remove(self, namespace: str) -> None:
         if self.args.keep or namespace not in self.namespaces:
@@ -668,8 +689,11 @@ def phase_one(run: Run) -> PhaseResult:
     result = operator_phase(run, namespace, run.operator)
     run.rss["at_ready"] = run.operator.peak_rss_mib()
     if result.ready_count < args.n:
-        tail = run.operator.text()[-4000:]
-        log(f"operator log tail:\n{tail}")
+        problems = [
+            line for line in run.operator.text().splitlines() if re.search(r"\[(WARNING|ERROR)", line)
+        ]
+        shown = "\n".join(line[:400] for line in problems[-12:])
+        log(f"not all Ready; the operator logged {len(problems)} warnings/errors, the last ones:\n{shown}")
     run.remove(namespace)  # while the operator runs: it holds the GymHost's finalizer
     run.stop_operator()
     return result
@@ -715,7 +739,7 @@ def workdir(keep: bool) -> Iterator[Path]:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     cluster = find_cluster()
-    api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
+    api = new_client(cluster.kubeconfig)
     with workdir(args.keep) as directory:
         run = Run(args, cluster, api, directory)
         install_crds(cluster, run.core)
