@@ -46,9 +46,9 @@ REFUSED_BY_OPERATOR: dict[str, tuple[dict[str, Any], str, str]] = {
     "gpu-over-cap": ({"resources": {"gpu": 1}}, "ResourcesOverCap", "gpu"),
     "runtime-not-allowed": ({"runtime": "crun"}, "UnknownRuntime", "crun"),
     "egress-wider-than-host": (
-        {"egress": {"allow": ["203.0.113.0/16:443"]}},
+        {"egress": {"allow": ["203.0.0.0/16:443"]}},
         "EgressNotSubset",
-        "203.0.113.0/16",
+        "203.0.0.0/16",
     ),
     "egress-other-port": ({"egress": {"allow": ["203.0.113.5:80"]}}, "EgressNotSubset", "203.0.113.5:80"),
     "egress-private": ({"egress": {"allow": ["10.0.0.1:443"]}}, "EgressInvalid", "10.0.0.1"),
