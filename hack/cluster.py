@@ -292,8 +292,8 @@ def cluster_objects() -> str:
                 type: kwok
                 {RUNTIME_LABEL}: {runtime}
             status:
-              allocatable: {{cpu: "32", memory: 128Gi, pods: "110", ephemeral-storage: 500Gi}}
-              capacity: {{cpu: "32", memory: 128Gi, pods: "110", ephemeral-storage: 500Gi}}
+              allocatable: {{cpu: "1000", memory: 4Ti, pods: "5000", ephemeral-storage: 100Ti}}
+              capacity: {{cpu: "1000", memory: 4Ti, pods: "5000", ephemeral-storage: 100Ti}}
             """)
         )
     for name, runtime in RUNTIME_CLASSES.items():
