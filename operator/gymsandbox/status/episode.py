@@ -9,7 +9,7 @@ from typing import Any
 from gymsandbox.api.conditions import ConditionType, FailureKind, Reason
 from gymsandbox.policy.admission import Refusal
 from gymsandbox.status.conditions import ConditionState
-from gymsandbox.status.pod import PodFailure, read_pod
+from gymsandbox.status.pod import PodFailure, pod_conditions
 
 # Refusals that depend on the host rather than the episode's own spec: infrastructure, not policy.
 HOST_REASONS = frozenset({Reason.HOST_NOT_FOUND, Reason.HOST_NOT_READY})
@@ -104,22 +104,5 @@ def _after_admission(observed: EpisodeObservation) -> EpisodeVerdict:
             ConditionState(ConditionType.POD_SCHEDULED, False, Reason.POD_PENDING, message),
             ConditionState(ConditionType.READY, False, Reason.POD_PENDING, message),
         )
-    reading = read_pod(observed.pod)
-    node = (observed.pod.get("spec") or {}).get("nodeName")
-    scheduled = (
-        ConditionState(ConditionType.POD_SCHEDULED, True, Reason.SCHEDULED, f"bound to node {node}")
-        if reading.scheduled
-        else ConditionState(
-            ConditionType.POD_SCHEDULED,
-            False,
-            reading.failure.reason if reading.failure else Reason.POD_PENDING,
-            reading.progress,
-        )
-    )
-    if reading.failure:
-        ready = ConditionState(ConditionType.READY, False, reading.failure.reason, reading.failure.message)
-    elif reading.ready:
-        ready = ConditionState(ConditionType.READY, True, Reason.SANDBOX_READY, "the sandbox is running")
-    else:
-        ready = ConditionState(ConditionType.READY, False, Reason.POD_NOT_READY, reading.progress)
-    return _verdict(admitted, scheduled, ready, reading.failure)
+    scheduled, ready, failure = pod_conditions(observed.pod, Reason.SANDBOX_READY, "the sandbox is running")
+    return _verdict(admitted, scheduled, ready, failure)

@@ -9,7 +9,7 @@ from typing import Any
 from gymsandbox.api.conditions import ConditionType, FailureKind, Reason
 from gymsandbox.policy.admission import Refusal
 from gymsandbox.status.conditions import ConditionState
-from gymsandbox.status.pod import PodFailure, read_pod
+from gymsandbox.status.pod import PodFailure, pod_conditions
 
 
 @dataclass(frozen=True)
@@ -90,13 +90,12 @@ def compute_host_conditions(observed: HostObservation) -> HostVerdict:
         (observed.claim_problem, Reason.PVC_NOT_BOUND),
     ):
         if problem:
-            failure = PodFailure(FailureKind.INFRASTRUCTURE, reason, problem)
             return _verdict(
                 accepted_ok,
                 egress,
                 ConditionState(ConditionType.POD_SCHEDULED, False, reason, problem),
                 ConditionState(ConditionType.READY, False, reason, problem),
-                failure,
+                PodFailure(FailureKind.INFRASTRUCTURE, reason, problem),
             )
     if observed.pod is None:
         message = "the pod is being created"
@@ -106,30 +105,9 @@ def compute_host_conditions(observed: HostObservation) -> HostVerdict:
             ConditionState(ConditionType.POD_SCHEDULED, False, Reason.POD_PENDING, message),
             ConditionState(ConditionType.READY, False, Reason.POD_PENDING, message),
         )
-    reading = read_pod(observed.pod)
-    node = (observed.pod.get("spec") or {}).get("nodeName")
-    scheduled = (
-        ConditionState(ConditionType.POD_SCHEDULED, True, Reason.SCHEDULED, f"bound to node {node}")
-        if reading.scheduled
-        else ConditionState(
-            ConditionType.POD_SCHEDULED,
-            False,
-            reading.failure.reason if reading.failure else Reason.POD_PENDING,
-            reading.progress,
-        )
+    scheduled, ready, failure = pod_conditions(
+        observed.pod, Reason.HOST_READY, "the host serves on its endpoint"
     )
-    if reading.failure:
-        ready = ConditionState(ConditionType.READY, False, reading.failure.reason, reading.failure.message)
-    elif reading.ready and not observed.egress_error:
-        ready = ConditionState(
-            ConditionType.READY, True, Reason.HOST_READY, "the host serves on its endpoint"
-        )
-    elif reading.ready:
-        ready = ConditionState(
-            ConditionType.READY, False, Reason.EGRESS_NOT_READY, observed.egress_error or ""
-        )
-    else:
-        terminating = bool((observed.pod.get("metadata") or {}).get("deletionTimestamp"))
-        reason = Reason.POD_TERMINATING if terminating else Reason.POD_NOT_READY
-        ready = ConditionState(ConditionType.READY, False, reason, reading.progress)
-    return _verdict(accepted_ok, egress, scheduled, ready, reading.failure)
+    if ready.status and observed.egress_error:
+        ready = ConditionState(ConditionType.READY, False, Reason.EGRESS_NOT_READY, observed.egress_error)
+    return _verdict(accepted_ok, egress, scheduled, ready, failure)

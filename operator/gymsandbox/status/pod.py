@@ -6,7 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gymsandbox.api.conditions import FailureKind, Reason
+from gymsandbox.api.conditions import ConditionType, FailureKind, Reason
+from gymsandbox.status.conditions import ConditionState
 
 IMAGE_PULL_REASONS = frozenset({"ImagePullBackOff", "ErrImagePull", "InvalidImageName", "ErrImageNeverPull"})
 UNBOUND_CLAIM_MARKERS = ("unbound immediate PersistentVolumeClaims", "persistentvolumeclaim")
@@ -123,3 +124,27 @@ def read_pod(pod: Mapping[str, Any]) -> PodReading:
         return PodReading(scheduled, True, None, "ready")
     progress = "waiting to be scheduled" if not scheduled else f"pod is {phase or 'Pending'}, not Ready yet"
     return PodReading(scheduled, False, None, progress)
+
+
+def pod_conditions(
+    pod: Mapping[str, Any], ready_reason: Reason, ready_message: str
+) -> tuple[ConditionState, ConditionState, PodFailure | None]:
+    """PodScheduled and Ready as the pod reports them, with the owner's own reason for Ready=True."""
+    reading = read_pod(pod)
+    node = (pod.get("spec") or {}).get("nodeName")
+    if reading.scheduled:
+        scheduled = ConditionState(
+            ConditionType.POD_SCHEDULED, True, Reason.SCHEDULED, f"bound to node {node}"
+        )
+    else:
+        reason = reading.failure.reason if reading.failure else Reason.POD_PENDING
+        scheduled = ConditionState(ConditionType.POD_SCHEDULED, False, reason, reading.progress)
+    if reading.failure:
+        ready = ConditionState(ConditionType.READY, False, reading.failure.reason, reading.failure.message)
+    elif reading.ready:
+        ready = ConditionState(ConditionType.READY, True, ready_reason, ready_message)
+    else:
+        terminating = bool((pod.get("metadata") or {}).get("deletionTimestamp"))
+        reason = Reason.POD_TERMINATING if terminating else Reason.POD_NOT_READY
+        ready = ConditionState(ConditionType.READY, False, reason, reading.progress)
+    return scheduled, ready, reading.failure

@@ -1,0 +1,212 @@
+"""FIFO admission under episodes.maxConcurrent: one pure plan from one listing of a host's episodes."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from gymsandbox.policy.queue import EpisodeSlot, QueuePlan, plan_queue
+
+NOW = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
+
+
+def at(seconds: int) -> datetime:
+    """A moment `seconds` after NOW (negative: before)."""
+    return NOW + timedelta(seconds=seconds)
+
+
+def waiting(name: str, created: int = -60, **fields: Any) -> EpisodeSlot:
+    return EpisodeSlot(name=name, created=at(created), **fields)
+
+
+def holding(name: str, created: int = -600, **fields: Any) -> EpisodeSlot:
+    return EpisodeSlot(name=name, created=at(created), admitted=True, **fields)
+
+
+def holding_after(plan: QueuePlan, episodes: list[EpisodeSlot]) -> int:
+    """Slots held once the plan is applied: admitted and not closing, plus what the plan admits."""
+    return sum(1 for e in episodes if e.admitted and not e.closing) + len(plan.admit)
+
+
+def test_empty_host_plans_nothing() -> None:
+    assert plan_queue([], 4, NOW) == QueuePlan()
+
+
+def test_waiting_episodes_are_admitted_oldest_first() -> None:
+    episodes = [waiting("c", created=-10), waiting("a", created=-30), waiting("b", created=-20)]
+    assert plan_queue(episodes, 3, NOW).admit == ["a", "b", "c"]
+
+
+def test_episodes_created_in_the_same_instant_are_ordered_by_name() -> None:
+    episodes = [waiting("ep-b", created=-5), waiting("ep-a", created=-5), waiting("ep-c", created=-5)]
+    plan = plan_queue(episodes, 1, NOW)
+    assert plan.admit == ["ep-a"]
+    assert plan.positions == {"ep-b": 1, "ep-c": 2}
+
+
+def test_oldest_waiting_episode_takes_the_only_free_slot() -> None:
+    episodes = [waiting("young", created=-1), waiting("old", created=-100)]
+    plan = plan_queue(episodes, 1, NOW)
+    assert plan.admit == ["old"]
+    assert plan.positions == {"young": 1}
+
+
+@pytest.mark.parametrize(
+    ("held", "waiting_count", "max_concurrent"),
+    [(0, 5, 1), (0, 5, 3), (2, 5, 3), (3, 5, 3), (1, 0, 2), (0, 2, 5), (4, 3, 2)],
+)
+def test_plan_never_leaves_more_than_max_concurrent_holding(
+    held: int, waiting_count: int, max_concurrent: int
+) -> None:
+    episodes = [holding(f"held-{i}", created=-1000 + i) for i in range(held)]
+    episodes += [waiting(f"wait-{i}", created=-100 + i) for i in range(waiting_count)]
+    plan = plan_queue(episodes, max_concurrent, NOW)
+    assert holding_after(plan, episodes) <= max(max_concurrent, held)
+    assert len(plan.admit) == max(0, min(waiting_count, max_concurrent - held))
+
+
+def test_full_host_admits_nothing() -> None:
+    episodes = [holding("a"), holding("b"), waiting("c")]
+    plan = plan_queue(episodes, 2, NOW)
+    assert plan.admit == []
+    assert plan.positions == {"c": 1}
+
+
+def test_host_over_a_lowered_limit_admits_nothing() -> None:
+    episodes = [holding("a"), holding("b"), holding("c"), waiting("d")]
+    plan = plan_queue(episodes, 1, NOW)
+    assert plan.admit == []
+    assert plan.active == 3
+
+
+def test_closing_episode_gives_its_slot_to_the_next_waiting_one() -> None:
+    episodes = [holding("old", closing=True), waiting("next")]
+    plan = plan_queue(episodes, 1, NOW)
+    assert plan.admit == ["next"]
+    assert plan.active == 1
+
+
+def test_closing_episode_that_never_held_a_slot_does_not_queue() -> None:
+    plan = plan_queue([waiting("gone", closing=True)], 1, NOW)
+    assert plan.admit == []
+    assert plan.positions == {}
+    assert plan.queued == 0
+
+
+def test_inadmissible_episode_is_neither_admitted_nor_queued() -> None:
+    episodes = [waiting("refused", created=-100, admissible=False), waiting("fine", created=-1)]
+    plan = plan_queue(episodes, 5, NOW)
+    assert plan.admit == ["fine"]
+    assert "refused" not in plan.positions
+    assert "refused" not in plan.timed_out
+
+
+def test_inadmissible_episode_does_not_take_a_queue_position() -> None:
+    episodes = [holding("a"), waiting("refused", created=-100, admissible=False), waiting("b", created=-1)]
+    assert plan_queue(episodes, 1, NOW).positions == {"b": 1}
+
+
+def test_queue_positions_are_one_based_and_contiguous_in_fifo_order() -> None:
+    episodes = [holding("h")]
+    episodes += [waiting(f"w{i}", created=-50 + i) for i in range(5)]
+    episodes += [waiting("refused", created=-49, admissible=False), waiting("gone", created=-48, closing=True)]
+    plan = plan_queue(episodes, 1, NOW)
+    assert plan.positions == {"w0": 1, "w1": 2, "w2": 3, "w3": 4, "w4": 5}
+
+
+def test_admitted_episode_past_expiry_is_listed_as_expired() -> None:
+    plan = plan_queue([holding("old", expires_at=at(-1)), holding("fresh", expires_at=at(60))], 4, NOW)
+    assert plan.expired == ["old"]
+
+
+def test_admitted_episode_expires_at_its_expiry_instant() -> None:
+    assert plan_queue([holding("edge", expires_at=NOW)], 4, NOW).expired == ["edge"]
+
+
+def test_expired_episode_keeps_its_slot_until_deleted() -> None:
+    episodes = [holding("old", expires_at=at(-1)), waiting("next")]
+    plan = plan_queue(episodes, 1, NOW)
+    assert plan.admit == []
+    assert plan.positions == {"next": 1}
+    assert plan.active == 1
+
+
+def test_closing_expired_episode_is_not_listed_again() -> None:
+    assert plan_queue([holding("old", expires_at=at(-1), closing=True)], 1, NOW).expired == []
+
+
+def test_admitted_episode_without_expiry_never_expires() -> None:
+    assert plan_queue([holding("forever")], 1, NOW).expired == []
+
+
+def test_waiting_episode_past_its_deadline_times_out() -> None:
+    plan = plan_queue([holding("a"), waiting("late", wait_deadline=at(-1))], 1, NOW)
+    assert plan.timed_out == ["late"]
+    assert plan.positions == {}
+
+
+def test_waiting_episode_times_out_at_its_deadline_instant() -> None:
+    assert plan_queue([holding("a"), waiting("edge", wait_deadline=NOW)], 1, NOW).timed_out == ["edge"]
+
+
+def test_timed_out_episode_is_never_admitted_even_when_a_slot_is_free() -> None:
+    plan = plan_queue([waiting("late", wait_deadline=at(-1))], 4, NOW)
+    assert plan.timed_out == ["late"]
+    assert plan.admit == []
+    assert plan.active == 0
+
+
+def test_timed_out_episode_leaves_the_free_slot_to_the_next_in_line() -> None:
+    episodes = [waiting("late", created=-100, wait_deadline=at(-1)), waiting("next", created=-1)]
+    plan = plan_queue(episodes, 1, NOW)
+    assert plan.admit == ["next"]
+
+
+def test_waiting_episode_before_its_deadline_stays_in_the_queue() -> None:
+    plan = plan_queue([holding("a"), waiting("patient", wait_deadline=at(1))], 1, NOW)
+    assert plan.timed_out == []
+    assert plan.positions == {"patient": 1}
+
+
+def test_admitted_episode_past_its_wait_deadline_is_not_timed_out() -> None:
+    plan = plan_queue([holding("in", wait_deadline=at(-1))], 1, NOW)
+    assert plan.timed_out == []
+    assert plan.active == 1
+
+
+@pytest.mark.parametrize(
+    ("episodes", "max_concurrent", "active", "queued"),
+    [
+        ([], 3, 0, 0),
+        ([holding("a"), holding("b")], 3, 2, 0),
+        ([holding("a"), waiting("b"), waiting("c", created=-1)], 2, 2, 1),
+        ([waiting("a"), waiting("b", created=-1), waiting("c", created=-2)], 2, 2, 1),
+        ([holding("a", closing=True), waiting("b")], 1, 1, 0),
+        ([holding("a", expires_at=at(-1)), waiting("b")], 1, 1, 1),
+        ([holding("a"), waiting("late", wait_deadline=at(-1))], 1, 1, 0),
+        ([holding("a"), waiting("refused", admissible=False)], 1, 1, 0),
+    ],
+    ids=[
+        "empty",
+        "all-holding",
+        "one-admitted-one-queued",
+        "fresh-host",
+        "closing-frees",
+        "expired-holds",
+        "timed-out-not-queued",
+        "inadmissible-not-queued",
+    ],
+)
+def test_plan_counts_active_and_queued_after_the_plan(
+    episodes: list[EpisodeSlot], max_concurrent: int, active: int, queued: int
+) -> None:
+    plan = plan_queue(episodes, max_concurrent, NOW)
+    assert (plan.active, plan.queued) == (active, queued)
+
+
+def test_queued_count_equals_the_number_of_positions() -> None:
+    episodes = [waiting(f"w{i}", created=-i) for i in range(7)]
+    plan = plan_queue(episodes, 3, NOW)
+    assert plan.queued == len(plan.positions) == 4
