@@ -1,0 +1,71 @@
+"""Failure envelopes: the log tail comes from the API (or the kubelet's termination message), trimmed, and
+never carries the owner's token, even when untrusted code prints it."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from gymsandbox.api.conditions import FailureKind, Reason
+from gymsandbox.handlers.common import LOG_TAIL_LINES, REDACTED, failure_fields, logs_tail
+from gymsandbox.handlers.kube import Kube
+from gymsandbox.status.pod import PodFailure
+
+TOKEN = "gs1.eyJwYXlsb2FkIjoieCJ9.c2lnbmF0dXJl"
+POD = {
+    "metadata": {"name": "p", "namespace": "n"},
+    "status": {
+        "containerStatuses": [
+            {
+                "name": "gym",
+                "lastState": {"terminated": {"exitCode": 1, "message": f"env: TOKEN={TOKEN}\nboom"}},
+            }
+        ]
+    },
+}
+
+
+class LogsFrom:
+    """Stands in for Kube.log_tail only: what the API server would answer for the container's log."""
+
+    def __init__(self, text: str | None) -> None:
+        self.text = text
+
+    def log_tail(self, namespace: str, pod: str, container: str, lines: int) -> str | None:
+        return self.text
+
+
+def kube(text: str | None) -> Kube:
+    return cast(Kube, LogsFrom(text))
+
+
+def test_log_tail_redacts_the_owner_token() -> None:
+    tail = logs_tail(kube(f"starting\nGYMSANDBOX_LEASE_TOKEN={TOKEN}\ncrashed"), POD, "gym", TOKEN)
+    assert tail is not None
+    assert TOKEN not in tail
+    assert REDACTED in tail
+
+
+def test_log_tail_falls_back_to_the_termination_message_and_redacts_it_too() -> None:
+    tail = logs_tail(kube(None), POD, "gym", TOKEN)
+    assert tail == f"env: TOKEN={REDACTED}\nboom"
+
+
+def test_log_tail_keeps_only_the_last_lines() -> None:
+    text = "\n".join(f"line {i}" for i in range(100))
+    tail = logs_tail(kube(text), POD, "gym", None)
+    assert tail is not None
+    assert tail.splitlines() == [f"line {i}" for i in range(100 - LOG_TAIL_LINES, 100)]
+
+
+def test_failure_fields_carry_a_tail_only_for_workload_crashes() -> None:
+    crash = PodFailure(FailureKind.WORKLOAD, Reason.CRASH_LOOP_BACK_OFF, "keeps crashing", "gym")
+    pull = PodFailure(FailureKind.INFRASTRUCTURE, Reason.IMAGE_PULL_BACK_OFF, "cannot pull", "gym")
+    with_tail: dict[str, Any] | None = failure_fields(kube("boom"), crash, POD, "gym", TOKEN)
+    without: dict[str, Any] | None = failure_fields(kube("boom"), pull, POD, "gym", TOKEN)
+    assert with_tail == {
+        "kind": "Workload",
+        "reason": "CrashLoopBackOff",
+        "message": "keeps crashing",
+        "logsTail": "boom",
+    }
+    assert without == {"kind": "Infrastructure", "reason": "ImagePullBackOff", "message": "cannot pull"}
