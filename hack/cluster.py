@@ -365,7 +365,7 @@ def up(paths: Paths) -> None:
                 f"--tls-cert-file={pki / 'server.crt'}",
                 f"--tls-private-key-file={pki / 'server.key'}",
                 f"--client-ca-file={pki / 'ca.crt'}",
-            f"--requestheader-client-ca-file={pki / 'ca.crt'}",  # else every component logs its absence
+                f"--requestheader-client-ca-file={pki / 'ca.crt'}",  # else every component logs its absence
                 f"--token-auth-file={pki / 'tokens.csv'}",
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
                 f"--service-account-key-file={pki / 'sa.pub'}",

@@ -111,7 +111,10 @@ def test_inadmissible_episode_does_not_take_a_queue_position() -> None:
 def test_queue_positions_are_one_based_and_contiguous_in_fifo_order() -> None:
     episodes = [holding("h")]
     episodes += [waiting(f"w{i}", created=-50 + i) for i in range(5)]
-    episodes += [waiting("refused", created=-49, admissible=False), waiting("gone", created=-48, closing=True)]
+    episodes += [
+        waiting("refused", created=-49, admissible=False),
+        waiting("gone", created=-48, closing=True),
+    ]
     plan = plan_queue(episodes, 1, NOW)
     assert plan.positions == {"w0": 1, "w1": 2, "w2": 3, "w3": 4, "w4": 5}
 
