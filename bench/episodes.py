@@ -163,6 +163,22 @@ def quantity(value: str) -> Decimal:
     return parsed
 
 
+def delete_host(api: client.ApiClient, namespace: str, timeout: float) -> bool:
+    """Delete the GymHost and wait until it is gone (its finalizer released); False at the deadline."""
+    custom = client.CustomObjectsApi(api)
+    deadline = time.monotonic() + timeout
+    try:
+        custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, "gymhosts", HOST)
+        while time.monotonic() < deadline:
+            custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "gymhosts", HOST)
+            time.sleep(0.5)
+    except ApiException as e:
+        if e.status == 404:
+            return True
+        raise
+    return False
+
+
 def free_slots(core: client.CoreV1Api, per_pod: Mapping[str, str]) -> tuple[int, str]:
     """How many more pods asking `per_pod` fit on the kata node(s) now, and a one-line account of it."""
     total, notes = 0, []
@@ -177,7 +193,7 @@ def free_slots(core: client.CoreV1Api, per_pod: Mapping[str, str]) -> tuple[int,
             for container in pod["spec"]["containers"]:
                 for key, value in container.get("resources", {}).get("requests", {}).items():
                     used[key] = used.get(key, Decimal(0)) + quantity(value)
-        fits = int(alloc.get("pods", "0")) - len(live)
+        fits = int(quantity(alloc.get("pods", "0"))) - len(live)
         for key, value in per_pod.items():
             fits = min(fits, math.floor((quantity(alloc.get(key, "0")) - used[key]) / quantity(value)))
         total += max(0, fits)
@@ -651,6 +667,12 @@ class Run:
     def remove(self, namespace: str) -> None:
         if self.args.keep or namespace not in self.namespaces:
             return
+        if self.operator is not None and self.operator.process.poll() is None:
+            # The GymHost first, while the operator runs: it holds the host's finalizer, and kopf stops
+            # watching a namespace as soon as its deletion starts, which would leave that finalizer behind.
+            log(f"deleting GymHost {HOST} (and through it the episodes) in {namespace}")
+            if not delete_host(self.api, namespace, timeout=180):
+                log(f"GymHost {HOST} in {namespace} is still there after 180 s")
         log(f"deleting namespace {namespace}")
         if not delete_namespace(self.core, namespace, timeout=180):
             log(f"namespace {namespace} is still terminating after 180 s; left to the API server")
@@ -694,7 +716,7 @@ def phase_one(run: Run) -> PhaseResult:
         ]
         shown = "\n".join(line[:400] for line in problems[-12:])
         log(f"not all Ready; the operator logged {len(problems)} warnings/errors, the last ones:\n{shown}")
-    run.remove(namespace)  # while the operator runs: it holds the GymHost's finalizer
+    run.remove(namespace)  # while the operator runs
     run.stop_operator()
     return result
 

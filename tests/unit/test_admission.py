@@ -283,3 +283,14 @@ def test_checks_run_in_order_and_the_first_refusal_wins() -> None:
 @pytest.mark.parametrize(("lifetime", "ttl"), [({"ttlSeconds": 60}, 60), ({}, 7200)])
 def test_host_ttl_is_the_spec_value_or_the_cluster_cap(lifetime: dict[str, int], ttl: int) -> None:
     assert host_ttl_seconds(spec(lifetime=lifetime), POLICY) == ttl
+
+
+def test_an_episode_image_prefix_inside_a_cluster_prefix_is_admitted() -> None:
+    assert admit_gymhost(spec(**{"episodes.images": ["registry.example.com/episodes/python/"]}), POLICY) is None
+
+
+def test_an_episode_image_prefix_wider_than_the_cluster_prefixes_is_refused() -> None:
+    refusal = admit_gymhost(spec(**{"episodes.images": ["registry.example.com/"]}), POLICY)
+    assert refusal is not None
+    assert refusal.reason == Reason.IMAGE_NOT_APPROVED
+    assert "registry.example.com/" in refusal.message

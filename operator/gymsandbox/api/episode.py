@@ -125,7 +125,8 @@ class EpisodeSandboxSpec(Model):
         None,
         pattern=DNS_LABEL_PATTERN,
         max_length=63,
-        description="Runtime profile; must be the host's episodes.runtime (default) or the host's runtime.",
+        description="Runtime profile; must equal the host's episodes.runtime (or, when that is unset, the"
+        " host's runtime), which is also the default.",
     )
     command: list[Annotated[str, Field(max_length=4096)]] | None = Field(
         None, max_length=64, description="Entrypoint override."
@@ -133,7 +134,9 @@ class EpisodeSandboxSpec(Model):
     args: list[Annotated[str, Field(max_length=4096)]] | None = Field(
         None, max_length=256, description="Arguments."
     )
-    user: int = Field(65532, ge=1, le=MAX_UID, description="Numeric uid to run as (never 0, never a name).")
+    user: int = Field(
+        65532, ge=1, le=MAX_UID, strict=True, description="Numeric uid to run as (never 0, never a name)."
+    )
     workdir: str | None = Field(
         None, pattern=MOUNT_PATH_PATTERN, max_length=253, description="Working directory."
     )

@@ -30,6 +30,10 @@ IMAGE_PATTERN = (
     r"[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*(/[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*)*"
     r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[a-f0-9]{64})?$"
 )
+_REGISTRY = r"([a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?(\.[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?)*(:[0-9]+)?/)?"
+_PATH_COMPONENT = r"[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*"
+# An image reference, or a prefix ending in "/" that approves every image under that path.
+IMAGE_OR_PREFIX_PATTERN = rf"^(({IMAGE_PATTERN[1:-1]})|({_REGISTRY}({_PATH_COMPONENT}/)+))$"
 _PORT = r"([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"
 _DNS_NAME = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
 _IPV4 = r"[0-9]{1,3}(\.[0-9]{1,3}){3}(/[0-9]{1,2})?"
@@ -45,6 +49,7 @@ CREDENTIAL_NAME_PATTERN = r"(?i)(TOKEN|SECRET|PASSW(OR)?D|API_?KEY|ACCESS_?KEY|P
 EgressEntry = Annotated[str, Field(pattern=EGRESS_ENTRY_PATTERN, max_length=128)]
 ModelEndpoint = Annotated[str, Field(pattern=MODEL_ENDPOINT_PATTERN, max_length=256)]
 Image = Annotated[str, Field(pattern=IMAGE_PATTERN, min_length=1, max_length=512)]
+ImageOrPrefix = Annotated[str, Field(pattern=IMAGE_OR_PREFIX_PATTERN, min_length=1, max_length=512)]
 DnsSubdomain = Annotated[
     str, Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$", max_length=253)
 ]
@@ -178,7 +183,7 @@ class Episodes(Model):
     max_concurrent: int = Field(
         4, ge=1, le=1000, description="Episodes running at once; more wait in FIFO order."
     )
-    images: list[Image] = Field(
+    images: list[ImageOrPrefix] = Field(
         default_factory=list,
         max_length=32,
         description="Images episodes may use; each must be cluster-approved.",

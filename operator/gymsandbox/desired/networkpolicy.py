@@ -60,7 +60,8 @@ def episode_egress_rules(
     policy: ClusterPolicy, resolved: Sequence[ResolvedTarget]
 ) -> list[dict[str, object]]:
     """An episode's egress: nothing, or DNS and its allowlist; never the broker (episodes do not call it)."""
-    return [dns_rule(policy), *target_rules(resolved)] if resolved else []
+    targets = target_rules(resolved)
+    return [dns_rule(policy), *targets] if targets else []
 
 
 def egress_policy(owner: Owner, rules: list[dict[str, object]]) -> Manifest:

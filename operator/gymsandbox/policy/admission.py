@@ -61,7 +61,10 @@ def check_episode_runtime(spec: GymHostSpec, policy: ClusterPolicy) -> Refusal |
 
 def check_episode_images(spec: GymHostSpec, policy: ClusterPolicy) -> Refusal | None:
     for image in spec.episodes.images:
-        if not image_approved(image, policy.approved_images):
+        if image.endswith("/"):  # a prefix: allowed when it lies under one of the cluster's prefixes
+            if not any(image.startswith(p) for p in policy.approved_images if p.endswith("/")):
+                return _not_approved("episodes.images prefix", image)
+        elif not image_approved(image, policy.approved_images):
             return _not_approved("episodes.images entry", image)
     return None
 
