@@ -290,6 +290,13 @@ class ReadyWatcher(threading.Thread):
             stream.stop()  # type: ignore[no-untyped-call]
         return version
 
+    def finish(self) -> None:
+        """Stop (within one watch request) and re-raise what the thread failed with."""
+        self.stopping.set()
+        self.join(timeout=15)
+        if self.error is not None:
+            raise self.error
+
 
 def wait_all_ready(watcher: ReadyWatcher, names: list[str], stall: float) -> None:
     """Until every name is Ready, the deadline, or `stall` seconds without a new Ready."""
@@ -304,10 +311,6 @@ def wait_all_ready(watcher: ReadyWatcher, names: list[str], stall: float) -> Non
             log(f"no new Ready for {stall:.0f} s; giving up with {done}/{len(names)} Ready")
             break
         time.sleep(0.2)
-    watcher.stopping.set()
-    watcher.join(timeout=15)
-    if watcher.error is not None:
-        raise watcher.error
 
 
 # ---------------------------------------------------------------------------------------------- results
@@ -491,7 +494,9 @@ def operator_phase(run: Run, namespace: str, operator: Operator) -> PhaseResult:
     log(f"created {n} episodes in {created:.1f} s; waiting for Ready")
     wait_all_ready(watcher, names, run.args.stall)
     time.sleep(2)  # the writes that trail the last Ready (kopf's bookkeeping patch, events)
-    writes = count_writes(operator.text(start_offset, operator.offset()))
+    end_offset = operator.offset()
+    watcher.finish()
+    writes = count_writes(operator.text(start_offset, end_offset))
     events = len(kopf_events(core, namespace) - events_before)
     if events:
         writes["POST events (kopf)"] += events
@@ -590,6 +595,7 @@ def baseline_phase(run: Run, namespace: str) -> PhaseResult:
     created = time.monotonic() - min(sent.values())
     log(f"created {n} Secrets, NetworkPolicies and Pods in {created:.1f} s; waiting for Ready")
     wait_all_ready(watcher, names, run.args.stall)
+    watcher.finish()
     writes = Counter({"POST secrets": n, "POST networkpolicies": n, "POST pods": n})
     return PhaseResult(sent, dict(watcher.ready), dict(watcher.reasons), writes, created)
 

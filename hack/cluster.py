@@ -366,6 +366,9 @@ def up(paths: Paths) -> None:
                 f"--tls-private-key-file={pki / 'server.key'}",
                 f"--client-ca-file={pki / 'ca.crt'}",
                 f"--requestheader-client-ca-file={pki / 'ca.crt'}",  # else every component logs its absence
+                # Required when it shares the client CA; no certificate we issue has this name, so no
+                # client can act as an authenticating proxy.
+                "--requestheader-allowed-names=front-proxy-client",
                 f"--token-auth-file={pki / 'tokens.csv'}",
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
                 f"--service-account-key-file={pki / 'sa.pub'}",

@@ -11,6 +11,7 @@ from kubernetes import client
 from gymsandbox.client import GymHostFailedError, wait_ready
 from tests.integration.conftest import Cluster, OperatorProcess
 from tests.integration.gymhosts import DELETE, Hosts, apply, sample, set_path
+from tests.integration.test_control_plane import restricted_pod
 
 pytestmark = pytest.mark.integration
 
@@ -178,3 +179,13 @@ def test_fixing_a_refused_spec_makes_it_ready(
     hosts.wait_reason(NAME, "ImageNotApproved")
     apply(cluster, namespace, *sample())
     hosts.wait_reason(NAME, "HostReady")
+
+
+def test_a_child_name_taken_by_someone_else_is_a_conflict_and_is_left_alone(
+    cluster: Cluster, operator: OperatorProcess, namespace: str, hosts: Hosts, core: client.CoreV1Api
+) -> None:
+    squatter = core.create_namespaced_pod(namespace, restricted_pod(f"{NAME}-host"))
+    apply(cluster, namespace, *sample())
+    obj = hosts.wait_reason(NAME, "ChildConflict", timeout=20)
+    assert f"Pod {NAME}-host already exists" in obj["status"]["failure"]["message"]
+    assert core.read_namespaced_pod(f"{NAME}-host", namespace).metadata.uid == squatter.metadata.uid

@@ -286,7 +286,8 @@ def test_host_ttl_is_the_spec_value_or_the_cluster_cap(lifetime: dict[str, int],
 
 
 def test_an_episode_image_prefix_inside_a_cluster_prefix_is_admitted() -> None:
-    assert admit_gymhost(spec(**{"episodes.images": ["registry.example.com/episodes/python/"]}), POLICY) is None
+    inside = spec(**{"episodes.images": ["registry.example.com/episodes/python/"]})
+    assert admit_gymhost(inside, POLICY) is None
 
 
 def test_an_episode_image_prefix_wider_than_the_cluster_prefixes_is_refused() -> None:

@@ -24,6 +24,7 @@ class Reason(StrEnum):
     EGRESS_OVER_CAP = "EgressOverCap"
     EGRESS_INVALID = "EgressInvalid"
     EPISODES_OVER_CAP = "EpisodesOverCap"
+    CHILD_CONFLICT = "ChildConflict"  # a child's name is taken by an object this one does not control
     # Admitted (EpisodeSandbox)
     ADMITTED = "Admitted"
     QUEUED_CONCURRENCY_LIMIT = "QueuedConcurrencyLimit"

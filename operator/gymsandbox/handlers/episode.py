@@ -49,6 +49,7 @@ from gymsandbox.handlers.kube import (
     POD,
     RUNTIME_CLASS,
     SECRET,
+    ChildConflictError,
     Kube,
     namespace_terminating,
 )
@@ -229,6 +230,16 @@ class EpisodeChildren:
 
 
 def observe_episode(
+    ctx: OperatorContext, episode: Mapping[str, Any], moment: datetime
+) -> tuple[EpisodeObservation, EpisodeChildren]:
+    """Admission, then (once admitted) the children in order; a taken child name is a refusal."""
+    try:
+        return _observe_episode(ctx, episode, moment)
+    except ChildConflictError as e:
+        return EpisodeObservation(refusal=Refusal(Reason.CHILD_CONFLICT, str(e))), EpisodeChildren()
+
+
+def _observe_episode(
     ctx: OperatorContext, episode: Mapping[str, Any], moment: datetime
 ) -> tuple[EpisodeObservation, EpisodeChildren]:
     kube, meta, status = ctx.kube, episode["metadata"], episode.get("status") or {}

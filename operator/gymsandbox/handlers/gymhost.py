@@ -43,6 +43,7 @@ from gymsandbox.handlers.kube import (
     Kube,
     create_or_adopt,
     namespace_terminating,
+    owned_by,
 )
 from gymsandbox.handlers.leases import ensure_lease_secret
 from gymsandbox.leases import Claims, Kind, Scope
@@ -123,7 +124,7 @@ def ensure_pod(kube: Kube, owner: Owner, desired: Manifest) -> Manifest | None:
     if pod is None:
         pod, _ = create_or_adopt(kube, desired, owner.uid)
         return pod
-    if not any(ref.get("uid") == owner.uid for ref in pod["metadata"].get("ownerReferences") or []):
+    if not owned_by(pod, owner.uid):
         raise ChildConflictError(f"Pod {meta['name']} already exists and is not controlled by this object")
     live_hash = (pod["metadata"].get("annotations") or {}).get(TEMPLATE_HASH_ANNOTATION)
     finished = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
@@ -138,13 +139,26 @@ def ensure_pod(kube: Kube, owner: Owner, desired: Manifest) -> Manifest | None:
 
 
 def delete_pod(kube: Kube, owner: Owner, name: str) -> None:
-    kube.delete(POD, owner.namespace, name, grace_seconds=0)
+    """Delete the owner's pod of that name at once; a pod someone else made under that name is left alone."""
+    pod = kube.get(POD, owner.namespace, name)
+    if pod is not None and owned_by(pod, owner.uid):
+        kube.delete(POD, owner.namespace, name, uid=pod["metadata"]["uid"], grace_seconds=0)
 
 
 def observe(
     ctx: OperatorContext, body: Mapping[str, Any], now: datetime
 ) -> tuple[HostObservation, Children, GymHostSpec | None]:
-    """Make the world match the spec as far as policy allows, and report what is there."""
+    """Make the world match the spec as far as policy allows, and report what is there. A child name taken
+    by an object this host does not control is a refusal, not a crash loop."""
+    try:
+        return _observe(ctx, body, now)
+    except ChildConflictError as e:
+        return HostObservation(refusal=Refusal(Reason.CHILD_CONFLICT, str(e))), Children(), None
+
+
+def _observe(
+    ctx: OperatorContext, body: Mapping[str, Any], now: datetime
+) -> tuple[HostObservation, Children, GymHostSpec | None]:
     kube, meta = ctx.kube, body["metadata"]
     owner = Owner(KIND, meta["name"], meta["namespace"], meta["uid"])
     parsed = parse_spec(body.get("spec") or {})
