@@ -365,7 +365,10 @@ def up(paths: Paths) -> None:
                 f"--tls-cert-file={pki / 'server.crt'}",
                 f"--tls-private-key-file={pki / 'server.key'}",
                 f"--client-ca-file={pki / 'ca.crt'}",
-                f"--requestheader-client-ca-file={pki / 'ca.crt'}",  # else every component logs its absence
+                # Without a request-header CA every component logs its absence; no certificate we issue is named
+                # front-proxy-client, so nobody can use it to assert identities through proxy headers.
+                f"--requestheader-client-ca-file={pki / 'ca.crt'}",
+                "--requestheader-allowed-names=front-proxy-client",
                 # Required when it shares the client CA; no certificate we issue has this name, so no
                 # client can act as an authenticating proxy.
                 "--requestheader-allowed-names=front-proxy-client",

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gymsandbox import __version__, crdgen
+from gymsandbox.broker.server import run_broker
 from gymsandbox.handlers.leases import SigningKeyError
 from gymsandbox.policy.cluster import PolicyError
 from gymsandbox.runner import run_operator
@@ -42,6 +43,16 @@ def _parser() -> argparse.ArgumentParser:
         help="where the lease signing key lives (default: $GYMSANDBOX_NAMESPACE or gymsandbox-system)",
     )
     operator.add_argument("--verbose", action="store_true", help="log handler activity")
+    broker = commands.add_parser("broker", help="serve the episode broker (HTTP) for Gym hosts")
+    broker.add_argument("--policy", help="cluster policy YAML (default: $GYMSANDBOX_POLICY)")
+    broker.add_argument(
+        "--listen", default="0.0.0.0:8443", help="address:port to serve on (default 0.0.0.0:8443)"
+    )
+    broker.add_argument(
+        "--operator-namespace",
+        default=os.environ.get("GYMSANDBOX_NAMESPACE", "gymsandbox-system"),
+        help="where the lease signing key lives (default: $GYMSANDBOX_NAMESPACE or gymsandbox-system)",
+    )
     return parser
 
 
@@ -49,6 +60,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "crds":
         return _crds(args.output_dir, check=args.check)
+    if args.command == "broker":
+        return _broker(args.policy, args.operator_namespace, args.listen)
     if args.command == "operator":
         return _operator(
             args.policy, args.namespace, args.operator_namespace, liveness=args.liveness, verbose=args.verbose
@@ -87,6 +100,26 @@ def _operator(
         run_operator(Path(policy), namespaces, operator_namespace, liveness=liveness, verbose=verbose)
     except (PolicyError, SigningKeyError) as e:
         print(f"gymsandbox operator: refusing to start: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _broker(policy: str | None, operator_namespace: str, listen: str) -> int:
+    policy = policy or os.environ.get("GYMSANDBOX_POLICY")
+    if not policy:
+        print(
+            "gymsandbox broker: no cluster policy: pass --policy FILE or set GYMSANDBOX_POLICY",
+            file=sys.stderr,
+        )
+        return 2
+    host, _, port = listen.rpartition(":")
+    if not host or not port.isdigit():
+        print(f"gymsandbox broker: --listen must be address:port, not {listen!r}", file=sys.stderr)
+        return 2
+    try:
+        run_broker(Path(policy), operator_namespace, host.strip("[]"), int(port))
+    except (PolicyError, SigningKeyError) as e:
+        print(f"gymsandbox broker: refusing to start: {e}", file=sys.stderr)
         return 2
     return 0
 

@@ -1,0 +1,114 @@
+"""The broker's HTTP app (FastAPI). Routes are thin: the service authenticates, applies policy and calls
+the backend. Every error is `{code, message}` with a stable code; nothing answers a bare 500."""
+
+from __future__ import annotations
+
+import logging
+from typing import Annotated
+
+from fastapi import APIRouter, FastAPI, Header, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from gymsandbox.broker.errors import BrokerError
+from gymsandbox.broker.models import (
+    PROTOCOL_VERSION,
+    CreateEpisode,
+    Episode,
+    EpisodeList,
+    ExecRequest,
+    ExecResult,
+    Health,
+)
+from gymsandbox.broker.service import BrokerService, BrokerState
+
+log = logging.getLogger("gymsandbox.broker")
+
+Authorization = Annotated[str | None, Header()]
+RolloutId = Annotated[str | None, Header(alias="X-Rollout-Id", max_length=253)]
+IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", max_length=200)]
+
+router = APIRouter()
+
+
+def service(request: Request) -> BrokerService:
+    broker: BrokerService = request.app.state.service
+    return broker
+
+
+@router.get("/healthz")
+async def healthz(request: Request) -> Health:
+    return Health(status="shutting_down" if service(request).state.shutting_down else "ok")
+
+
+@router.post("/v1/episodes", status_code=201)
+async def create_episode(
+    request: Request,
+    response: Response,
+    body: CreateEpisode,
+    authorization: Authorization = None,
+    idempotency_key: IdempotencyKey = None,
+) -> Episode:
+    episode, created = await service(request).create(authorization, body, idempotency_key)
+    if not created:
+        response.status_code = 200  # a retry with the same Idempotency-Key: the same episode
+    return episode
+
+
+@router.get("/v1/episodes")
+async def list_episodes(request: Request, authorization: Authorization = None) -> EpisodeList:
+    return await service(request).list(authorization)
+
+
+@router.get("/v1/episodes/{episode_id}")
+async def get_episode(
+    request: Request, episode_id: str, authorization: Authorization = None, x_rollout_id: RolloutId = None
+) -> Episode:
+    return await service(request).get(authorization, episode_id, x_rollout_id)
+
+
+@router.delete("/v1/episodes/{episode_id}")
+async def close_episode(
+    request: Request, episode_id: str, authorization: Authorization = None, x_rollout_id: RolloutId = None
+) -> Episode:
+    return await service(request).close(authorization, episode_id, x_rollout_id)
+
+
+@router.post("/v1/episodes/{episode_id}/exec")
+async def exec_in_episode(
+    request: Request,
+    episode_id: str,
+    body: ExecRequest,
+    authorization: Authorization = None,
+    x_rollout_id: RolloutId = None,
+) -> ExecResult:
+    return await service(request).exec(authorization, episode_id, body, x_rollout_id)
+
+
+async def _broker_error(_: Request, error: Exception) -> Response:
+    assert isinstance(error, BrokerError)
+    headers = {"Retry-After": str(error.retry_after)} if error.retry_after else None
+    return JSONResponse({"code": error.code, "message": error.message}, error.status, headers=headers)
+
+
+async def _invalid(_: Request, error: Exception) -> Response:
+    assert isinstance(error, RequestValidationError)
+    problems = "; ".join(
+        f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg')}" for e in error.errors()
+    )
+    return JSONResponse({"code": "invalid_request", "message": problems[:2000]}, 422)
+
+
+async def _unexpected(_: Request, error: Exception) -> Response:
+    log.error("backend failure: %s", type(error).__name__)  # the message may echo request content
+    return JSONResponse({"code": "backend_error", "message": "the cluster could not be reached"}, 502)
+
+
+def create_app(state: BrokerState) -> FastAPI:
+    app = FastAPI(title="gymsandbox episode broker", version=PROTOCOL_VERSION)
+    app.state.service = BrokerService(state)
+    app.include_router(router)
+    app.add_exception_handler(BrokerError, _broker_error)
+    app.add_exception_handler(RequestValidationError, _invalid)
+    app.add_exception_handler(Exception, _unexpected)
+    return app

@@ -1,0 +1,95 @@
+"""Who is calling: a lease token from the Authorization header, verified against the live object it names.
+
+A `host` token speaks for its GymHost and every episode under it; an `owner` token for one episode; an
+`operate` token may use one episode (exec, files) but not destroy it or grant leases, and only together
+with the rollout id it is bound to (header X-Rollout-Id).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from gymsandbox.broker.errors import BrokerError
+from gymsandbox.desired.owner import Manifest
+from gymsandbox.leases import Claims, Scope, SigningKey, TokenError, peek, verify_live
+
+EVERY_SCOPE = frozenset(Scope)
+
+
+class LiveObjects(Protocol):
+    def get_host(self, namespace: str, name: str) -> Manifest | None: ...
+    def get_episode(self, namespace: str, name: str) -> Manifest | None: ...
+
+
+@dataclass(frozen=True)
+class Caller:
+    claims: Claims
+    live: Mapping[str, Any]  # the object the token was issued for, as just read
+
+    @property
+    def namespace(self) -> str:
+        return self.claims.namespace
+
+    def host_name(self) -> str:
+        """The GymHost this caller acts within."""
+        if self.claims.scope == Scope.HOST:
+            return self.claims.name
+        return str((self.live.get("spec") or {}).get("hostRef", {}).get("name"))
+
+
+def bearer_token(header: str | None) -> str:
+    if not header:
+        raise BrokerError("unauthorized", "missing Authorization header (Bearer <lease token>)")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise BrokerError("unauthorized", "the Authorization header must be 'Bearer <lease token>'")
+    return token.strip()
+
+
+def authenticate(header: str | None, objects: LiveObjects, key: SigningKey) -> Caller:
+    """Verify the token against the live object it claims to be for; every failure is 401 `unauthorized`."""
+    token = bearer_token(header)
+    try:
+        unverified = peek(token)  # only to know which object to read; verify_live checks everything
+        getter = objects.get_host if unverified.kind == "GymHost" else objects.get_episode
+        live = getter(unverified.namespace, unverified.name)
+        if live is None:
+            raise TokenError(
+                "stale_object", f"the {unverified.kind} this token was issued for no longer exists"
+            )
+        claims = verify_live(
+            token, key, {**live, "kind": unverified.kind}, scopes=EVERY_SCOPE, now=int(time.time())
+        )
+    except TokenError as e:
+        raise BrokerError("unauthorized", f"invalid lease token: {e.message}") from None
+    return Caller(claims, live)
+
+
+def require_host(caller: Caller) -> None:
+    if caller.claims.scope != Scope.HOST:
+        raise BrokerError("forbidden", "this call needs the host's lease token")
+
+
+def authorize_episode(
+    caller: Caller, episode: Mapping[str, Any], *, destroy: bool, rollout_id: str | None
+) -> None:
+    """May this caller act on `episode`? `destroy` covers delete and granting leases."""
+    meta = episode["metadata"]
+    claims = caller.claims
+    if claims.scope == Scope.HOST:
+        host_ref = (episode.get("spec") or {}).get("hostRef", {}).get("name")
+        if meta["namespace"] != claims.namespace or host_ref != claims.name:
+            raise BrokerError("episode_not_found", f"episode {meta['name']} not found")
+        return
+    if (meta["namespace"], meta["name"], meta["uid"]) != (claims.namespace, claims.name, claims.uid):
+        raise BrokerError("forbidden", "this lease is for another episode")
+    if claims.scope == Scope.OPERATE:
+        if destroy:
+            raise BrokerError(
+                "forbidden", "an operate lease may use an episode but not close it or grant leases"
+            )
+        if rollout_id != claims.rollout_id:
+            raise BrokerError("forbidden", "an operate lease is bound to its rollout: send X-Rollout-Id")

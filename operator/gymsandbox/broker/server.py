@@ -1,0 +1,57 @@
+"""Run the broker: load policy and the signing key, then serve the app with uvicorn.
+
+On SIGTERM it first stops taking new episodes (503 shutting_down) while in-flight calls finish, then
+stops; uvicorn waits for open requests up to the grace period.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from types import FrameType
+
+import uvicorn
+
+from gymsandbox.broker.app import create_app
+from gymsandbox.broker.backend import KubeBackend
+from gymsandbox.broker.service import BrokerSettings, BrokerState
+from gymsandbox.handlers.kube import Kube
+from gymsandbox.handlers.leases import ensure_signing_key
+from gymsandbox.policy.cluster import load_policy
+from gymsandbox.runner import api_client
+
+GRACE_SECONDS = 30
+
+
+class _DrainingServer(uvicorn.Server):
+    def __init__(self, config: uvicorn.Config, state: BrokerState) -> None:
+        super().__init__(config)
+        self.broker_state = state
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self.broker_state.shutting_down = True  # new creates get 503 from here on
+        super().handle_exit(sig, frame)
+
+
+def build_state(policy_path: Path, operator_namespace: str) -> BrokerState:
+    client = api_client()
+    return BrokerState(
+        backend=KubeBackend(client),
+        key=ensure_signing_key(Kube(client), operator_namespace),
+        policy=load_policy(policy_path),
+        settings=BrokerSettings(),
+    )
+
+
+def run_broker(policy_path: Path, operator_namespace: str, host: str, port: int) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    state = build_state(policy_path, operator_namespace)
+    config = uvicorn.Config(
+        create_app(state),
+        host=host,
+        port=port,
+        log_level="info",
+        timeout_graceful_shutdown=GRACE_SECONDS,
+        access_log=True,
+    )
+    _DrainingServer(config, state).run()

@@ -1,0 +1,233 @@
+"""The broker's logic: authenticate, authorize, apply policy, then call the backend (in threads)."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi.concurrency import run_in_threadpool
+from pydantic import ValidationError
+
+from gymsandbox.api.common import validation_message
+from gymsandbox.api.conditions import Reason
+from gymsandbox.api.episode import EpisodeSandboxSpec
+from gymsandbox.api.gymhost import GymHostSpec
+from gymsandbox.api.names import API_VERSION
+from gymsandbox.broker.auth import Caller, authenticate, authorize_episode, require_host
+from gymsandbox.broker.backend import KubeBackend
+from gymsandbox.broker.errors import BrokerError, ErrorCode
+from gymsandbox.broker.models import (
+    CreateEpisode,
+    Episode,
+    EpisodeList,
+    ExecRequest,
+    ExecResult,
+)
+from gymsandbox.desired.names import child_name
+from gymsandbox.desired.owner import Manifest
+from gymsandbox.desired.pod import EPISODE_CONTAINER_NAME
+from gymsandbox.leases import Scope, SigningKey
+from gymsandbox.policy.cluster import ClusterPolicy
+from gymsandbox.policy.episodes import EpisodeRequest, admit_episode
+
+RETRY_AFTER_SECONDS = 5
+
+
+@dataclass
+class BrokerSettings:
+    max_exec_timeout_seconds: float = 600
+    closed_memory: int = (
+        100_000  # closed episode ids remembered, to answer session_lost rather than not_found
+    )
+
+
+@dataclass
+class BrokerState:
+    backend: KubeBackend
+    key: SigningKey
+    policy: ClusterPolicy
+    settings: BrokerSettings
+    closed: OrderedDict[tuple[str, str], None] = field(default_factory=OrderedDict)
+    shutting_down: bool = False
+
+    def remember_closed(self, namespace: str, name: str) -> None:
+        self.closed[(namespace, name)] = None
+        while len(self.closed) > self.settings.closed_memory:
+            self.closed.popitem(last=False)
+
+
+def episode_view(obj: Mapping[str, Any]) -> Episode:
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    ready: Mapping[str, Any] = next(
+        (c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {}
+    )
+    return Episode(
+        id=obj["metadata"]["name"],
+        rollout_id=spec.get("rolloutId", ""),
+        image=spec.get("image", ""),
+        ready=ready.get("status") == "True",
+        reason=ready.get("reason"),
+        message=ready.get("message"),
+        queue_position=status.get("queuePosition"),
+        expires_at=status.get("expiresAt"),
+    )
+
+
+def episode_name(host: str, host_uid: str, idempotency_key: str | None) -> str:
+    """A retried create with the same key names the same episode; without a key every create is new."""
+    seed = f"{host_uid}/{idempotency_key}" if idempotency_key else secrets.token_hex(16)
+    return child_name(host, "ep-" + hashlib.sha256(seed.encode()).hexdigest()[:10])
+
+
+def command_line(request: ExecRequest) -> list[str]:
+    argv = list(request.argv) if request.argv else ["sh", "-c", str(request.shell)]
+    if request.env:
+        argv = ["env", *(f"{k}={v}" for k, v in request.env.items()), *argv]
+    if request.workdir:
+        argv = ["sh", "-c", 'cd "$0" && exec "$@"', request.workdir, *argv]
+    return argv
+
+
+class BrokerService:
+    """One method per API call; each takes the raw Authorization header and returns a wire model."""
+
+    def __init__(self, state: BrokerState) -> None:
+        self.state = state
+
+    async def caller(self, authorization: str | None) -> Caller:
+        return await run_in_threadpool(authenticate, authorization, self.state.backend, self.state.key)
+
+    async def episode(
+        self, caller: Caller, episode_id: str, *, destroy: bool, rollout: str | None
+    ) -> Manifest:
+        episode = await run_in_threadpool(self.state.backend.get_episode, caller.namespace, episode_id)
+        if episode is None or episode["metadata"].get("deletionTimestamp"):
+            if (caller.namespace, episode_id) in self.state.closed or episode is not None:
+                raise BrokerError("session_lost", f"episode {episode_id} was closed")
+            raise BrokerError("episode_not_found", f"episode {episode_id} not found")
+        authorize_episode(caller, episode, destroy=destroy, rollout_id=rollout)
+        return episode
+
+    async def create(
+        self, authorization: str | None, body: CreateEpisode, idempotency_key: str | None
+    ) -> tuple[Episode, bool]:
+        if self.state.shutting_down:
+            raise BrokerError("shutting_down", "the broker is shutting down; retry shortly")
+        caller = await self.caller(authorization)
+        require_host(caller)
+        host_spec = GymHostSpec.model_validate(caller.live.get("spec") or {})
+        spec = self._admitted_spec(caller, host_spec, body)
+        name = episode_name(caller.claims.name, caller.claims.uid, idempotency_key)
+        backend = self.state.backend
+        if (
+            not idempotency_key
+            or await run_in_threadpool(backend.get_episode, caller.namespace, name) is None
+        ):
+            await self._check_quota(caller, host_spec)
+        manifest = {
+            "apiVersion": API_VERSION,
+            "kind": "EpisodeSandbox",
+            "metadata": {"name": name, "namespace": caller.namespace},
+            "spec": spec.wire(),
+        }
+        obj, created = await run_in_threadpool(backend.create_episode, manifest)
+        existing_spec = obj.get("spec") or {}
+        if not created and (existing_spec.get("rolloutId"), existing_spec.get("image")) != (
+            spec.rollout_id,
+            spec.image,
+        ):
+            raise BrokerError("conflict", "this Idempotency-Key was used for a different episode")
+        return episode_view(obj), created
+
+    def _admitted_spec(
+        self, caller: Caller, host_spec: GymHostSpec, body: CreateEpisode
+    ) -> EpisodeSandboxSpec:
+        try:
+            spec = EpisodeSandboxSpec.model_validate({"hostRef": {"name": caller.claims.name}, **body.wire()})
+        except ValidationError as e:
+            raise BrokerError("invalid_request", validation_message(e)) from None
+        refusal = admit_episode(EpisodeRequest(spec, host_spec, self.state.policy))
+        if refusal:
+            code: ErrorCode = (
+                "image_not_approved" if refusal.reason == Reason.IMAGE_NOT_APPROVED else "invalid_request"
+            )
+            raise BrokerError(code, refusal.message)
+        return spec
+
+    async def _check_quota(self, caller: Caller, host_spec: GymHostSpec) -> None:
+        siblings = await run_in_threadpool(
+            self.state.backend.list_episodes, caller.namespace, caller.claims.name
+        )
+        open_ones = sum(1 for e in siblings if not e["metadata"].get("deletionTimestamp"))
+        cap = host_spec.episodes.max_concurrent
+        if open_ones >= cap:
+            raise BrokerError(
+                "quota_exceeded",
+                f"the host has {open_ones} open episodes (cap {cap})",
+                retry_after=RETRY_AFTER_SECONDS,
+            )
+
+    async def list(self, authorization: str | None) -> EpisodeList:
+        caller = await self.caller(authorization)
+        if caller.claims.scope != Scope.HOST:
+            return EpisodeList(episodes=[episode_view(caller.live)])
+        episodes = await run_in_threadpool(
+            self.state.backend.list_episodes, caller.namespace, caller.claims.name
+        )
+        return EpisodeList(
+            episodes=[episode_view(e) for e in episodes if not e["metadata"].get("deletionTimestamp")]
+        )
+
+    async def get(self, authorization: str | None, episode_id: str, rollout: str | None) -> Episode:
+        caller = await self.caller(authorization)
+        return episode_view(await self.episode(caller, episode_id, destroy=False, rollout=rollout))
+
+    async def close(self, authorization: str | None, episode_id: str, rollout: str | None) -> Episode:
+        """Idempotent: closing a closed episode answers the same."""
+        caller = await self.caller(authorization)
+        closed = Episode(id=episode_id, rollout_id="", image="", ready=False, reason="Closed")
+        try:
+            episode = await self.episode(caller, episode_id, destroy=True, rollout=rollout)
+        except BrokerError as e:
+            if e.code == "session_lost":
+                return closed
+            raise
+        await run_in_threadpool(self.state.backend.delete_episode, caller.namespace, episode_id)
+        self.state.remember_closed(caller.namespace, episode_id)
+        return episode_view(episode).model_copy(update={"ready": False, "reason": "Closed"})
+
+    async def exec(
+        self, authorization: str | None, episode_id: str, body: ExecRequest, rollout: str | None
+    ) -> ExecResult:
+        caller = await self.caller(authorization)
+        cap = self.state.settings.max_exec_timeout_seconds
+        if body.timeout_seconds > cap:
+            raise BrokerError(
+                "invalid_request", f"timeoutSeconds {body.timeout_seconds:g} exceeds the cap of {cap:g}"
+            )
+        episode = await self.episode(caller, episode_id, destroy=False, rollout=rollout)
+        view = episode_view(episode)
+        pod = (episode.get("status") or {}).get("podName")
+        if not pod or not view.ready:
+            raise BrokerError("conflict", f"episode {episode_id} is not ready yet ({view.reason})")
+        outcome = await run_in_threadpool(
+            self.state.backend.exec,
+            caller.namespace,
+            pod,
+            EPISODE_CONTAINER_NAME,
+            command_line(body),
+            timeout=body.timeout_seconds,
+            max_output=body.max_output_bytes,
+        )
+        return ExecResult(
+            exit_code=outcome.exit_code,
+            stdout=outcome.stdout.decode(errors="replace"),
+            stderr=outcome.stderr.decode(errors="replace"),
+            truncated=outcome.truncated,
+            timed_out=outcome.timed_out,
+            duration_seconds=round(outcome.duration_seconds, 3),
+        )
