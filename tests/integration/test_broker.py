@@ -1,0 +1,223 @@
+"""The episode broker over HTTP, against the real API server and the running operator."""
+
+from __future__ import annotations
+
+import base64
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from kubernetes import client
+
+from gymsandbox.leases import SIGNING_KEY_SECRET, Claims, Scope, issue, key_from_secret, operate_claims, peek
+from tests.integration.conftest import OPERATOR_NAMESPACE, BrokerProcess, Cluster, OperatorProcess
+from tests.integration.episodes import EPISODE_IMAGE, Episodes
+from tests.integration.gymhosts import Hosts, apply, eventually, sample, set_path
+
+pytestmark = pytest.mark.integration
+
+HOST = "swe-gym-run-1"
+
+
+def read_token(core: client.CoreV1Api, namespace: str, secret: str) -> str:
+    return base64.b64decode(core.read_namespaced_secret(secret, namespace).data["token"]).decode()
+
+
+@pytest.fixture
+def host_token(
+    cluster: Cluster, operator: OperatorProcess, namespace: str, hosts: Hosts, core: client.CoreV1Api
+) -> str:
+    claim, host = sample()
+    set_path(host, "spec.episodes.maxConcurrent", 3)
+    apply(cluster, namespace, claim, host)
+    hosts.wait_reason(HOST, "HostReady")
+    return read_token(core, namespace, f"{HOST}-lease")
+
+
+@pytest.fixture
+def http(broker: BrokerProcess) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=broker.url, timeout=30) as session:
+        yield session
+
+
+def auth(token: str, **headers: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}", **headers}
+
+
+def new_episode(http: httpx.Client, token: str, **fields: Any) -> httpx.Response:
+    return http.post(
+        "/v1/episodes", json={"rolloutId": "r-1", "image": EPISODE_IMAGE, **fields}, headers=auth(token)
+    )
+
+
+def test_healthz_names_the_protocol(http: httpx.Client) -> None:
+    assert http.get("/healthz").json() == {"status": "ok", "protocol": "v1"}
+
+
+def test_create_get_list_and_close_twice(
+    http: httpx.Client, host_token: str, api_client: client.ApiClient, namespace: str
+) -> None:
+    created = new_episode(http, host_token)
+    assert created.status_code == 201, created.text
+    episode_id = created.json()["id"]
+    episodes = Episodes(api_client, namespace)
+    eventually(lambda: episodes.ready_reason(episode_id) == "SandboxReady", timeout=20, what="Ready")
+    assert http.get(f"/v1/episodes/{episode_id}", headers=auth(host_token)).json()["ready"] is True
+    listed = http.get("/v1/episodes", headers=auth(host_token)).json()["episodes"]
+    assert [e["id"] for e in listed] == [episode_id]
+    first = http.delete(f"/v1/episodes/{episode_id}", headers=auth(host_token))
+    second = http.delete(f"/v1/episodes/{episode_id}", headers=auth(host_token))
+    assert (first.status_code, second.status_code) == (200, 200)
+    assert second.json()["reason"] == "Closed"
+    after = http.get(f"/v1/episodes/{episode_id}", headers=auth(host_token))
+    assert (after.status_code, after.json()["code"]) == (404, "session_lost")
+
+
+def test_retried_create_with_the_same_idempotency_key_returns_the_same_episode(
+    http: httpx.Client, host_token: str
+) -> None:
+    body = {"rolloutId": "r-1", "image": EPISODE_IMAGE}
+    first = http.post("/v1/episodes", json=body, headers=auth(host_token, **{"Idempotency-Key": "k-1"}))
+    again = http.post("/v1/episodes", json=body, headers=auth(host_token, **{"Idempotency-Key": "k-1"}))
+    other = http.post(
+        "/v1/episodes",
+        json={**body, "rolloutId": "r-2"},
+        headers=auth(host_token, **{"Idempotency-Key": "k-1"}),
+    )
+    assert (first.status_code, again.status_code) == (201, 200)
+    assert first.json()["id"] == again.json()["id"]
+    assert (other.status_code, other.json()["code"]) == (409, "conflict")
+
+
+def test_the_hosts_cap_answers_429_with_retry_after(http: httpx.Client, host_token: str) -> None:
+    for _ in range(3):
+        assert new_episode(http, host_token).status_code == 201
+    over = new_episode(http, host_token)
+    assert (over.status_code, over.json()["code"]) == (429, "quota_exceeded")
+    assert int(over.headers["Retry-After"]) > 0
+
+
+@pytest.mark.parametrize(
+    ("header", "code"),
+    [
+        (None, "unauthorized"),
+        ("Basic abc", "unauthorized"),
+        ("Bearer not-a-token", "unauthorized"),
+        ("Bearer gs1.e30.AAAA", "unauthorized"),
+    ],
+    ids=["missing", "wrong-scheme", "malformed", "bad-signature"],
+)
+def test_bad_credentials_are_refused_with_401(
+    http: httpx.Client, host_token: str, header: str | None, code: str
+) -> None:
+    headers = {"Authorization": header} if header else {}
+    answer = http.get("/v1/episodes", headers=headers)
+    assert (answer.status_code, answer.json()["code"]) == (401, code)
+
+
+def test_tampered_expired_and_foreign_tokens_are_refused(
+    http: httpx.Client, host_token: str, core: client.CoreV1Api, namespace: str
+) -> None:
+    version, payload, signature = host_token.split(".")
+    tampered = ".".join([version, payload, signature[:-2] + ("AA" if signature[-2:] != "AA" else "BB")])
+    key = key_from_secret(
+        client.ApiClient().sanitize_for_serialization(
+            core.read_namespaced_secret(SIGNING_KEY_SECRET, OPERATOR_NAMESPACE)
+        )
+    )
+    claims = peek(host_token)
+    expired = issue(
+        Claims(
+            kind="GymHost",
+            namespace=claims.namespace,
+            name=claims.name,
+            uid=claims.uid,
+            scope=Scope.HOST,
+            expires_at=int(time.time()) - 1,
+        ),
+        key,
+    )
+    foreign = issue(
+        Claims(
+            kind="GymHost",
+            namespace=claims.namespace,
+            name="someone-else",
+            uid="x",
+            scope=Scope.HOST,
+            expires_at=int(time.time()) + 600,
+        ),
+        key,
+    )
+    for token in (tampered, expired, foreign):
+        answer = http.get("/v1/episodes", headers=auth(token))
+        assert (answer.status_code, answer.json()["code"]) == (401, "unauthorized"), token
+
+
+def test_an_operate_lease_cannot_close_and_needs_its_rollout(
+    http: httpx.Client, host_token: str, core: client.CoreV1Api, api_client: client.ApiClient, namespace: str
+) -> None:
+    episode_id = new_episode(http, host_token).json()["id"]
+    episodes = Episodes(api_client, namespace)
+    eventually(lambda: episodes.ready_reason(episode_id) == "SandboxReady", timeout=20, what="Ready")
+    owner = read_token(core, namespace, f"{episode_id}-lease")
+    key = key_from_secret(
+        client.ApiClient().sanitize_for_serialization(
+            core.read_namespaced_secret(SIGNING_KEY_SECRET, OPERATOR_NAMESPACE)
+        )
+    )
+    operate = issue(operate_claims(peek(owner), "r-9", peek(owner).expires_at), key)
+    closing = http.delete(f"/v1/episodes/{episode_id}", headers=auth(operate, **{"X-Rollout-Id": "r-9"}))
+    assert (closing.status_code, closing.json()["code"]) == (403, "forbidden")
+    wrong_rollout = http.get(f"/v1/episodes/{episode_id}", headers=auth(operate, **{"X-Rollout-Id": "r-1"}))
+    assert (wrong_rollout.status_code, wrong_rollout.json()["code"]) == (403, "forbidden")
+    assert (
+        http.get(f"/v1/episodes/{episode_id}", headers=auth(operate, **{"X-Rollout-Id": "r-9"})).status_code
+        == 200
+    )
+    assert http.delete(f"/v1/episodes/{episode_id}", headers=auth(owner)).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("body", "code"),
+    [
+        ({"rolloutId": "r-1", "image": "docker.io/evil/miner:1"}, "image_not_approved"),
+        ({"rolloutId": "r-1", "image": EPISODE_IMAGE, "privileged": True}, "invalid_request"),
+        ({"rolloutId": "r-1", "image": EPISODE_IMAGE, "user": "root"}, "invalid_request"),
+        ({"rolloutId": "r-1", "image": EPISODE_IMAGE, "ttlSeconds": 99999}, "invalid_request"),
+        ({"image": EPISODE_IMAGE}, "invalid_request"),
+    ],
+    ids=["unapproved-image", "unknown-field", "named-user", "ttl-over-cap", "missing-rollout"],
+)
+def test_bad_create_requests_answer_their_code(
+    http: httpx.Client, host_token: str, body: dict[str, Any], code: str
+) -> None:
+    answer = http.post("/v1/episodes", json=body, headers=auth(host_token))
+    assert (answer.status_code, answer.json()["code"]) == (422, code)
+
+
+def test_invalid_json_and_unknown_episode_answer_their_code(http: httpx.Client, host_token: str) -> None:
+    garbled = http.post(
+        "/v1/episodes", content=b"{not json", headers=auth(host_token, **{"Content-Type": "application/json"})
+    )
+    assert (garbled.status_code, garbled.json()["code"]) == (422, "invalid_request")
+    missing = http.get("/v1/episodes/nope", headers=auth(host_token))
+    assert (missing.status_code, missing.json()["code"]) == (404, "episode_not_found")
+
+
+def test_exec_requests_over_the_caps_are_refused(http: httpx.Client, host_token: str) -> None:
+    episode_id = new_episode(http, host_token).json()["id"]
+    over_timeout = http.post(
+        f"/v1/episodes/{episode_id}/exec",
+        json={"argv": ["true"], "timeoutSeconds": 5000},
+        headers=auth(host_token),
+    )
+    huge_argv = http.post(
+        f"/v1/episodes/{episode_id}/exec", json={"argv": ["x"] * 10_000}, headers=auth(host_token)
+    )
+    both = http.post(
+        f"/v1/episodes/{episode_id}/exec", json={"argv": ["true"], "shell": "true"}, headers=auth(host_token)
+    )
+    for answer in (over_timeout, huge_argv, both):
+        assert (answer.status_code, answer.json()["code"]) == (422, "invalid_request"), answer.text
