@@ -365,8 +365,8 @@ def up(paths: Paths) -> None:
                 f"--tls-cert-file={pki / 'server.crt'}",
                 f"--tls-private-key-file={pki / 'server.key'}",
                 f"--client-ca-file={pki / 'ca.crt'}",
-                # Without a request-header CA every component logs its absence; no certificate we issue is named
-                # front-proxy-client, so nobody can use it to assert identities through proxy headers.
+                # Without a request-header CA every component logs its absence. No certificate we issue is
+                # named front-proxy-client, so none can assert identities through proxy headers.
                 f"--requestheader-client-ca-file={pki / 'ca.crt'}",
                 "--requestheader-allowed-names=front-proxy-client",
                 # Required when it shares the client CA; no certificate we issue has this name, so no
