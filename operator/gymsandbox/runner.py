@@ -44,6 +44,8 @@ def operator_settings() -> kopf.OperatorSettings:
     # A timer may delete its own object (expiry); kopf then waits for that timer to exit before it
     # releases the finalizer, checking every this many seconds (its default is 60).
     settings.background.cancellation_polling = 1
+    # Handlers block on API calls; more threads than asyncio's default (CPUs + 4) keep episodes moving.
+    settings.execution.max_workers = 32
     return settings
 
 
@@ -61,7 +63,10 @@ def run_operator(
     logging.getLogger("kubernetes").setLevel(logging.WARNING)
     kube = Kube(api_client())
     context = OperatorContext(
-        policy=policy, kube=kube, signing_key=ensure_signing_key(kube, operator_namespace)
+        policy=policy,
+        kube=kube,
+        signing_key=ensure_signing_key(kube, operator_namespace),
+        namespaces=tuple(namespaces),
     )
     kopf.run(
         settings=operator_settings(),

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client, watch
+from kubernetes.client.exceptions import ApiException
 
 from gymsandbox.client import GymHostFailedError, wait_ready
 from tests.integration.conftest import Cluster, OperatorProcess
@@ -356,3 +357,18 @@ def test_lease_token_appears_nowhere_but_the_secret(
     }
     for place, text in places.items():
         assert token not in text, f"the lease token leaked into the {place}"
+
+
+def test_deleting_the_namespace_of_a_host_is_not_held_up_by_its_finalizer(
+    ready_sample: dict[str, Any], core: client.CoreV1Api, namespace: str
+) -> None:
+    core.delete_namespace(namespace)
+
+    def gone() -> bool:
+        try:
+            core.read_namespace(namespace)
+        except ApiException as e:
+            return e.status == 404
+        return False
+
+    eventually(gone, timeout=60, what=f"namespace {namespace} to be deleted")

@@ -66,7 +66,9 @@ def episode_egress_rules(
 
 def egress_policy(owner: Owner, rules: list[dict[str, object]]) -> Manifest:
     """Deny all egress of the owner's pod but `rules`; the digest annotation lets a cheap check spot edits."""
-    spec = {"podSelector": {"matchLabels": selector(owner)}, "policyTypes": ["Egress"], "egress": rules}
+    spec: dict[str, object] = {"podSelector": {"matchLabels": selector(owner)}, "policyTypes": ["Egress"]}
+    if rules:  # the API server drops an empty list; leaving it out keeps stored and desired equal
+        spec["egress"] = rules
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",

@@ -31,6 +31,11 @@ def parse_time(text: object) -> datetime | None:
     return datetime.fromisoformat(str(text).replace("Z", "+00:00")) if text else None
 
 
+def status_changed(current: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+    """Whether merging `new` into `current` would change anything (None and absent are the same)."""
+    return any(current.get(key) != value for key, value in new.items())
+
+
 def logs_tail(kube: Kube, pod: Mapping[str, Any], container: str, token: str | None) -> str | None:
     """The container's last log lines (previous run first), else the termination message the kubelet kept.
 

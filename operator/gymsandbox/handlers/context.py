@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import threading
 import time
@@ -40,9 +41,21 @@ class OperatorContext:
     policy: ClusterPolicy
     kube: Kube
     signing_key: SigningKey
+    # kopf namespace patterns this operator serves (globs, "!" excludes); empty: every namespace.
+    namespaces: tuple[str, ...] = ()
     locks: KeyedLocks = field(default_factory=KeyedLocks)
     resolver: Resolver = system_resolver
     _last_run: dict[str, float] = field(default_factory=dict)
+
+    def watches(self, namespace: str) -> bool:
+        """Whether `namespace` is this operator's to handle, as kopf matches its --namespace patterns."""
+        if not self.namespaces:
+            return True
+        included = [p for p in self.namespaces if not p.startswith("!")]
+        excluded = [p[1:] for p in self.namespaces if p.startswith("!")]
+        return (not included or any(fnmatch.fnmatchcase(namespace, p) for p in included)) and not any(
+            fnmatch.fnmatchcase(namespace, p) for p in excluded
+        )
 
     def due(self, key: str, interval: float) -> bool:
         """True at most once per `interval` seconds for `key` (periodic work inside a faster timer)."""

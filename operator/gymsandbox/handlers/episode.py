@@ -39,7 +39,7 @@ from gymsandbox.desired.names import label_value
 from gymsandbox.desired.networkpolicy import egress_policy, episode_egress_rules
 from gymsandbox.desired.owner import TEMPLATE_HASH_ANNOTATION, Manifest, Owner, template_hash
 from gymsandbox.desired.pod import EPISODE_CONTAINER_NAME, episode_pod, episode_pod_name
-from gymsandbox.handlers.common import announce, failure_fields, now, parse_time, timestamp
+from gymsandbox.handlers.common import announce, failure_fields, now, parse_time, status_changed, timestamp
 from gymsandbox.handlers.context import ERROR_BACKOFF_SECONDS, RESYNC_SECONDS, OperatorContext
 from gymsandbox.handlers.gymhost import delete_pod, ensure_network_policy, ensure_pod
 from gymsandbox.handlers.kube import (
@@ -336,7 +336,9 @@ def refresh_episode(ctx: OperatorContext, namespace: str, name: str) -> None:
         return
     with ctx.locks(episode["metadata"]["uid"]):
         try:
-            _patch_status(ctx.kube, namespace, name, episode_status(ctx, episode, now()))
+            status = episode_status(ctx, episode, now())
+            if status_changed(episode.get("status") or {}, status):
+                _patch_status(ctx.kube, namespace, name, status)
         except ApiException as e:
             if not namespace_terminating(e):
                 raise

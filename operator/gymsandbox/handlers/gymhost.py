@@ -18,6 +18,7 @@ from gymsandbox.api.common import validation_message
 from gymsandbox.api.conditions import Reason
 from gymsandbox.api.gymhost import GymHostSpec
 from gymsandbox.api.names import (
+    FINALIZER,
     GROUP,
     LABEL_COMPONENT,
     LABEL_MANAGED_BY,
@@ -29,7 +30,14 @@ from gymsandbox.desired.networkpolicy import egress_policy, egress_policy_name, 
 from gymsandbox.desired.owner import TEMPLATE_HASH_ANNOTATION, Manifest, Owner
 from gymsandbox.desired.pod import CONTAINER_NAME, host_pod, host_pod_name
 from gymsandbox.desired.service import host_endpoint, host_service
-from gymsandbox.handlers.common import announce, failure_fields, now, parse_time, timestamp
+from gymsandbox.handlers.common import (
+    announce,
+    failure_fields,
+    now,
+    parse_time,
+    status_changed,
+    timestamp,
+)
 from gymsandbox.handlers.context import ERROR_BACKOFF_SECONDS, RESYNC_SECONDS, OperatorContext
 from gymsandbox.handlers.kube import (
     EPISODE,
@@ -252,7 +260,9 @@ def refresh_host(ctx: OperatorContext, body: Mapping[str, Any]) -> None:
     meta = body["metadata"]
     with ctx.locks(meta["uid"]):
         try:
-            ctx.kube.patch_status(GYMHOST, meta["namespace"], meta["name"], status_fields(ctx, body, now()))
+            status = status_fields(ctx, body, now())
+            if status_changed(body.get("status") or {}, status):
+                ctx.kube.patch_status(GYMHOST, meta["namespace"], meta["name"], status)
         except ApiException as e:
             if e.status == 404 or namespace_terminating(e):
                 return  # deleted meanwhile: nothing left to reconcile
@@ -296,15 +306,41 @@ def pod_changed(body: kopf.Body, type: str | None, memo: kopf.Memo, **_: Any) ->
     refresh_host(ctx, host)
 
 
-@kopf.on.delete(GROUP, VERSION, "gymhosts", retries=5, backoff=2)
-def cleanup(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    """Stop the pod at once and close the host's episodes, including those not yet adopted (the garbage
-    collector only knows owned ones); it removes the other children through their ownerReferences.
-
-    Bounded by retries: after them kopf gives up, posts the error and releases the finalizer.
-    """
+@kopf.on.event("", "v1", "namespaces")
+def namespace_event(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """Release the hosts of a namespace being deleted. kopf stops watching a terminating namespace as soon
+    as its conditions say nothing remains, which can come before the namespace controller marks our
+    objects deleted; their finalizer would then hold the namespace in Terminating forever."""
     ctx: OperatorContext = memo.context
-    owner = Owner(KIND, str(body.metadata.name), str(body.metadata.namespace), str(body.metadata.uid))
+    namespace = str(body.metadata.name)
+    if not body.metadata.get("deletionTimestamp") or not ctx.watches(namespace):
+        return
+    for host in ctx.kube.list(GYMHOST, namespace):
+        meta = host["metadata"]
+        finalizers = list(meta.get("finalizers") or [])
+        if FINALIZER not in finalizers:
+            continue
+        release(ctx, Owner(KIND, meta["name"], namespace, meta["uid"]))
+        kept = [f for f in finalizers if f != FINALIZER]
+        # resourceVersion makes it a compare-and-swap: a concurrent change wins and the next event retries.
+        ctx.kube.patch(
+            GYMHOST,
+            namespace,
+            meta["name"],
+            {"metadata": {"finalizers": kept, "resourceVersion": meta["resourceVersion"]}},
+        )
+
+
+def release(ctx: OperatorContext, owner: Owner) -> None:
+    """Stop the host's pod at once and close its episodes, including those not adopted yet (the garbage
+    collector knows only owned ones); the collector removes the other children."""
     delete_pod(ctx.kube, owner, host_pod_name(owner))
     ctx.kube.delete_collection(EPISODE, owner.namespace, fields=f"spec.hostRef.name={owner.name}")
     ctx.locks.forget(owner.uid)
+
+
+@kopf.on.delete(GROUP, VERSION, "gymhosts", retries=5, backoff=2)
+def cleanup(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """Bounded by retries: after them kopf gives up, posts the error and releases the finalizer."""
+    ctx: OperatorContext = memo.context
+    release(ctx, Owner(KIND, str(body.metadata.name), str(body.metadata.namespace), str(body.metadata.uid)))

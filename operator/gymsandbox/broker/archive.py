@@ -1,0 +1,78 @@
+"""File-transfer safety, pure: sandbox paths and tar archives are checked before anything is written, so
+a refused upload leaves nothing behind.
+
+Paths are relative to the sandbox's working directory: no absolute paths, no `..`, no NUL. A tar member
+may not be absolute, climb out with `..`, be a device or FIFO, or be a link whose target leaves the
+destination (a symlink to `/etc` followed by a file written "through" it is the classic escape).
+"""
+
+from __future__ import annotations
+
+import io
+import posixpath
+import tarfile
+from dataclasses import dataclass
+
+from gymsandbox.broker.errors import BrokerError
+
+MAX_PATH_LENGTH = 1024
+MAX_MEMBERS = 10_000
+
+
+def sandbox_path(path: str) -> str:
+    """A normalised relative path, or a BrokerError naming why not."""
+    if not path or len(path) > MAX_PATH_LENGTH or "\x00" in path:
+        raise BrokerError("invalid_request", "path must be 1 to 1024 characters without NUL")
+    if path.startswith("/"):
+        raise BrokerError(
+            "invalid_request", f"path {path!r} is absolute; give it relative to the working directory"
+        )
+    parts = path.split("/")
+    if ".." in parts:
+        raise BrokerError("invalid_request", f"path {path!r} climbs out with '..'")
+    normal = posixpath.normpath(path)
+    if normal in (".", ""):
+        raise BrokerError("invalid_request", "path must name a file or directory")
+    return normal
+
+
+def _inside(name: str) -> bool:
+    normal = posixpath.normpath(name)
+    return not normal.startswith("/") and normal != ".." and not normal.startswith("../")
+
+
+@dataclass(frozen=True)
+class ArchiveSummary:
+    members: int
+    bytes: int
+
+
+def check_archive(data: bytes, max_bytes: int) -> ArchiveSummary:
+    """Refuse an upload tar that could write outside its destination or is not a tar at all."""
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as archive:
+            members = archive.getmembers()
+    except (tarfile.TarError, EOFError, OSError) as e:
+        raise BrokerError("invalid_request", f"not a readable tar archive: {type(e).__name__}") from None
+    if len(members) > MAX_MEMBERS:
+        raise BrokerError(
+            "payload_too_large", f"the archive has {len(members)} members (limit {MAX_MEMBERS})"
+        )
+    total = 0
+    for member in members:
+        name = member.name
+        if name.startswith("/") or not _inside(name):
+            raise BrokerError(
+                "invalid_request", f"archive member {name!r} would land outside the destination"
+            )
+        if member.isdev() or member.isfifo():
+            raise BrokerError("invalid_request", f"archive member {name!r} is a device or FIFO")
+        if member.issym() or member.islnk():
+            target = member.linkname
+            resolved = target if member.islnk() else posixpath.join(posixpath.dirname(name), target)
+            if target.startswith("/") or not _inside(resolved):
+                raise BrokerError("invalid_request", f"archive member {name!r} links outside the destination")
+        total += member.size
+    if total > max_bytes:
+        raise BrokerError("payload_too_large", f"the archive unpacks to {total} bytes (limit {max_bytes})")
+    return ArchiveSummary(len(members), total)
