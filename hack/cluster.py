@@ -5,6 +5,8 @@ kube-scheduler and kwok (fake nodes), from the binaries hack/build-binaries.sh b
     hack/cluster.py up      start (or reuse a running one); writes .cluster/kubeconfig
     hack/cluster.py down    stop every process `up` started, by PID, and remove .cluster/
     hack/cluster.py status  exit 0 when the recorded cluster is up and answering
+    hack/cluster.py enable-exec NAMESPACE POD
+                            let `kubectl exec` and `kubectl logs` reach that pod on a fake node
 
 Standard library only, so it runs before the project's virtualenv exists.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import json
 import os
 import secrets
@@ -40,6 +43,10 @@ RUNTIME_CLASSES = {"kata-qemu": "kata", "crun": "crun"}
 # kwok's stock stages: nodes become Ready and keep a lease; scheduled pods become Running and Ready;
 # claims of the default StorageClass `kwok-volume` get a volume and bind.
 KWOK_STAGE_SETS = ["node/fast", "node/heartbeat-with-lease", "pod/fast", "volume/fast"]
+# kwok kinds read from the API (not from its --config file), so they can be created per pod at any time.
+KWOK_CRD_KINDS = {"Exec": "execs", "Logs": "logs"}
+# The only environment kwok (and so every command it runs for `kubectl exec`) gets: not the caller's.
+KWOK_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
 
 
 def log(message: str) -> None:
@@ -65,6 +72,10 @@ class Paths:
     @property
     def state(self) -> Path:
         return self.root / "state.json"
+
+    @property
+    def exec(self) -> Path:
+        return self.root / "exec"
 
 
 def binaries() -> dict[str, Path]:
@@ -117,42 +128,15 @@ def make_pki(pki: Path) -> dict[str, str]:
         "-addext",
         "keyUsage=critical,keyCertSign,cRLSign",
     )
-    server_ext = pki / "server.ext"
-    server_ext.write_text(
-        "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
-        "extendedKeyUsage=serverAuth\n"
-        "subjectAltName=IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,"
-        "DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local\n"
+    serving_cert(
+        pki,
+        "server",
+        "kube-apiserver",
+        "IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,"
+        "DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local",
     )
-    openssl(
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-subj",
-        "/CN=kube-apiserver",
-        "-keyout",
-        str(pki / "server.key"),
-        "-out",
-        str(pki / "server.csr"),
-    )
-    openssl(
-        "x509",
-        "-req",
-        "-in",
-        str(pki / "server.csr"),
-        "-CA",
-        str(pki / "ca.crt"),
-        "-CAkey",
-        str(pki / "ca.key"),
-        "-CAcreateserial",
-        "-days",
-        "365",
-        "-extfile",
-        str(server_ext),
-        "-out",
-        str(pki / "server.crt"),
-    )
+    # kwok's kubelet server (exec, logs), so the API server can verify whom it sends exec streams to.
+    serving_cert(pki, "kwok", "kwok-kubelet", "IP:127.0.0.1")
     openssl("genrsa", "-out", str(pki / "sa.key"), "2048")
     openssl("rsa", "-in", str(pki / "sa.key"), "-pubout", "-out", str(pki / "sa.pub"))
     users = {
@@ -167,6 +151,44 @@ def make_pki(pki: Path) -> dict[str, str]:
     for path in pki.iterdir():
         path.chmod(0o600)
     return tokens
+
+
+def serving_cert(pki: Path, name: str, common_name: str, alt_names: str) -> None:
+    """NAME.crt and NAME.key: a TLS server certificate for `alt_names`, signed by the cluster CA."""
+    ext = pki / f"{name}.ext"
+    ext.write_text(
+        "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
+        f"extendedKeyUsage=serverAuth\nsubjectAltName={alt_names}\n"
+    )
+    openssl(
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-subj",
+        f"/CN={common_name}",
+        "-keyout",
+        str(pki / f"{name}.key"),
+        "-out",
+        str(pki / f"{name}.csr"),
+    )
+    openssl(
+        "x509",
+        "-req",
+        "-in",
+        str(pki / f"{name}.csr"),
+        "-CA",
+        str(pki / "ca.crt"),
+        "-CAkey",
+        str(pki / "ca.key"),
+        "-CAcreateserial",
+        "-days",
+        "365",
+        "-extfile",
+        str(ext),
+        "-out",
+        str(pki / f"{name}.crt"),
+    )
 
 
 def write_kubeconfig(path: Path, server: str, ca: Path, token: str, user: str) -> None:
@@ -200,11 +222,16 @@ def write_kubeconfig(path: Path, server: str, ca: Path, token: str, user: str) -
 _STARTED: list[subprocess.Popen[bytes]] = []
 
 
-def start(name: str, argv: list[str], logs: Path) -> int:
+def start(name: str, argv: list[str], logs: Path, env: dict[str, str] | None = None) -> int:
     """Start a process in its own session (it outlives this script); returns its PID."""
     with (logs / f"{name}.log").open("ab") as log_file:
         proc = subprocess.Popen(
-            argv, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+            argv,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env=env,
         )
     _STARTED.append(proc)
     log(f"started {name} (pid {proc.pid})")
@@ -272,6 +299,33 @@ def kwok_documents(bins: dict[str, Path]) -> tuple[list[str], list[str]]:
             text = file.read_text()
             (stages if "\nkind: Stage\n" in f"\n{text}" else objects).append(text)
     return stages, objects
+
+
+def kwok_crds() -> str:
+    """CRDs for KWOK_CRD_KINDS. kwok reads them with its own typed client, so no schema is needed here
+    (kwok's full CRDs live only in its module source, which the binary cache does not keep)."""
+    docs = []
+    for kind, plural in KWOK_CRD_KINDS.items():
+        docs.append(
+            textwrap.dedent(f"""\
+            apiVersion: apiextensions.k8s.io/v1
+            kind: CustomResourceDefinition
+            metadata:
+              name: {plural}.kwok.x-k8s.io
+            spec:
+              group: kwok.x-k8s.io
+              names: {{kind: {kind}, listKind: {kind}List, plural: {plural}, singular: {kind.lower()}}}
+              scope: Namespaced
+              versions:
+              - name: v1alpha1
+                served: true
+                storage: true
+                subresources: {{status: {{}}}}
+                schema:
+                  openAPIV3Schema: {{type: object, x-kubernetes-preserve-unknown-fields: true}}
+            """)
+        )
+    return "---\n".join(docs)
 
 
 def cluster_objects() -> str:
@@ -369,14 +423,15 @@ def up(paths: Paths) -> None:
                 # named front-proxy-client, so none can assert identities through proxy headers.
                 f"--requestheader-client-ca-file={pki / 'ca.crt'}",
                 "--requestheader-allowed-names=front-proxy-client",
-                # Required when it shares the client CA; no certificate we issue has this name, so no
-                # client can act as an authenticating proxy.
-                "--requestheader-allowed-names=front-proxy-client",
                 f"--token-auth-file={pki / 'tokens.csv'}",
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
                 f"--service-account-key-file={pki / 'sa.pub'}",
                 f"--service-account-signing-key-file={pki / 'sa.key'}",
                 "--authorization-mode=Node,RBAC",
+                # exec and logs go to the node's kubelet, here kwok on 127.0.0.1 (the fake nodes have no
+                # other address); verify its certificate rather than trust whoever holds the port.
+                f"--kubelet-certificate-authority={pki / 'ca.crt'}",
+                "--kubelet-preferred-address-types=InternalIP",
                 "--allow-privileged=true",
                 "--endpoint-reconciler-type=none",
                 "--service-cluster-ip-range=10.0.0.0/24",
@@ -428,6 +483,10 @@ def up(paths: Paths) -> None:
         stages, kwok_objects = kwok_documents(bins)
         stage_file = paths.root / "kwok-stages.yaml"
         stage_file.write_text("\n---\n".join(stages))
+        # Before kwok starts, so it finds them when it begins to watch per-pod Exec and Logs objects.
+        crds = kwok_crds()
+        kubectl(bins, paths.kubeconfig, "apply", "-f", "-", stdin=crds)
+        kubectl(bins, paths.kubeconfig, "wait", "--for=condition=Established", "-f", "-", stdin=crds)
         pids["kwok"] = start(
             "kwok",
             [
@@ -439,9 +498,17 @@ def up(paths: Paths) -> None:
                 "--node-ip=127.0.0.1",
                 "--node-lease-duration-seconds=40",
                 "--cidr=10.244.0.0/16",
+                # The kubelet server (exec, logs) on loopback only; --node-port alone would listen on
+                # 0.0.0.0. The same port goes into each node's status.daemonEndpoints, which is where the
+                # API server sends exec and logs requests (else to 10250).
                 f"--server-address=127.0.0.1:{ports['kwok']}",
+                f"--node-port={ports['kwok']}",
+                f"--tls-cert-file={pki / 'kwok.crt'}",
+                f"--tls-private-key-file={pki / 'kwok.key'}",
+                f"--enable-crds={','.join(KWOK_CRD_KINDS)}",
             ],
             paths.logs,
+            env={**KWOK_ENV, "HOME": str(paths.root)},
         )
         save()
         kubectl(
@@ -491,6 +558,50 @@ def _default_sa_exists(bins: dict[str, Path], paths: Paths) -> bool:
     return True
 
 
+def enable_exec(paths: Paths, namespace: str, pod: str, log_lines: tuple[str, ...] = ()) -> Path:
+    """Let `kubectl exec` and `kubectl logs` reach pod NAMESPACE/POD on a fake node; returns its directory.
+
+    kwok runs each exec command as a local process (same OS user, same host, kwok's environment) in this
+    pod's own directory, with HOME set to it; `log_lines` become its container log. kwok's workDir is a
+    literal path (no per-pod templating), so each pod needs its own Exec object, keyed by its name: it
+    may be created before the pod, and a pod without one gets no exec and no logs.
+    """
+    workdir = paths.exec / namespace / pod
+    workdir.mkdir(parents=True, exist_ok=True)
+    log_file = paths.exec / namespace / f"{pod}.log"
+    # kwok reads logs in the CRI format: "<RFC 3339 time> <stream> <F(ull)|P(artial)> <text>".
+    now = time.strftime("%Y-%m-%dT%H:%M:%S.000000000Z", time.gmtime())
+    log_file.write_text("".join(f"{now} stdout F {line}\n" for line in log_lines))
+    meta = {"name": pod, "namespace": namespace}
+    objects = [
+        {
+            "apiVersion": "kwok.x-k8s.io/v1alpha1",
+            "kind": "Exec",
+            "metadata": meta,
+            "spec": {
+                "execs": [
+                    {"local": {"workDir": str(workdir), "envs": [{"name": "HOME", "value": str(workdir)}]}}
+                ]
+            },
+        },
+        {
+            "apiVersion": "kwok.x-k8s.io/v1alpha1",
+            "kind": "Logs",
+            "metadata": meta,
+            "spec": {"logs": [{"logsFile": str(log_file)}]},
+        },
+    ]
+    kubectl(
+        binaries(),
+        paths.kubeconfig,
+        "apply",
+        "-f",
+        "-",
+        stdin=json.dumps({"kind": "List", "apiVersion": "v1", "items": objects}),
+    )
+    return workdir
+
+
 def status(paths: Paths) -> bool:
     if not paths.state.exists():
         return False
@@ -533,6 +644,9 @@ def stop_pid(name: str, pid: int, grace: float = 10) -> None:
         time.sleep(0.1)
     if alive(pid):
         os.kill(pid, signal.SIGKILL)
+    # What it left running in its process group too: kwok's exec commands outlive a client that gave up.
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
     for proc in _STARTED:
         if proc.pid == pid:
             proc.wait(timeout=grace)  # reap our own child, so it leaves no zombie
@@ -543,13 +657,18 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("command", choices=["up", "down", "status"])
+    parser.add_argument("command", choices=["up", "down", "status", "enable-exec"])
+    parser.add_argument("target", nargs="*", metavar="NAMESPACE POD", help="the pod, for enable-exec")
     args = parser.parse_args()
     paths = Paths(STATE_DIR)
     if args.command == "up":
         up(paths)
     elif args.command == "down":
         down(paths)
+    elif args.command == "enable-exec":
+        if len(args.target) != 2:
+            parser.error("enable-exec takes NAMESPACE POD")
+        print(enable_exec(paths, *args.target))
     else:
         ok = status(paths)
         print("up" if ok else "down")
