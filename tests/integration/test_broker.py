@@ -180,21 +180,22 @@ def test_an_operate_lease_cannot_close_and_needs_its_rollout(
 
 
 @pytest.mark.parametrize(
-    ("body", "code"),
+    ("body", "code", "words"),
     [
-        ({"rolloutId": "r-1", "image": "docker.io/evil/miner:1"}, "image_not_approved"),
-        ({"rolloutId": "r-1", "image": EPISODE_IMAGE, "privileged": True}, "invalid_request"),
-        ({"rolloutId": "r-1", "image": EPISODE_IMAGE, "user": "root"}, "invalid_request"),
-        ({"rolloutId": "r-1", "image": EPISODE_IMAGE, "ttlSeconds": 99999}, "invalid_request"),
-        ({"image": EPISODE_IMAGE}, "invalid_request"),
+        ({"rolloutId": "r-1", "image": "docker.io/evil/miner:1"}, "image_not_approved", "approved list"),
+        ({"rolloutId": "r-1", "image": EPISODE_IMAGE, "privileged": True}, "invalid_request", "privileged"),
+        ({"rolloutId": "r-1", "image": EPISODE_IMAGE, "user": "root"}, "invalid_request", "user"),
+        ({"rolloutId": "r-1", "image": EPISODE_IMAGE, "ttlSeconds": 7200}, "invalid_request", "1800"),
+        ({"image": EPISODE_IMAGE}, "invalid_request", "rolloutId"),
     ],
     ids=["unapproved-image", "unknown-field", "named-user", "ttl-over-cap", "missing-rollout"],
 )
 def test_bad_create_requests_answer_their_code(
-    http: httpx.Client, host_token: str, body: dict[str, Any], code: str
+    http: httpx.Client, host_token: str, body: dict[str, Any], code: str, words: str
 ) -> None:
     answer = http.post("/v1/episodes", json=body, headers=auth(host_token))
     assert (answer.status_code, answer.json()["code"]) == (422, code)
+    assert words in answer.json()["message"]
 
 
 def test_invalid_json_and_unknown_episode_answer_their_code(http: httpx.Client, host_token: str) -> None:
@@ -221,3 +222,37 @@ def test_exec_requests_over_the_caps_are_refused(http: httpx.Client, host_token:
     )
     for answer in (over_timeout, huge_argv, both):
         assert (answer.status_code, answer.json()["code"]) == (422, "invalid_request"), answer.text
+
+
+def test_a_granted_operate_lease_uses_but_cannot_close_and_renewal_moves_expiry(
+    http: httpx.Client, host_token: str, api_client: client.ApiClient, namespace: str
+) -> None:
+    created = new_episode(http, host_token, ttlSeconds=300)
+    assert created.status_code == 201, created.text
+    episode_id = created.json()["id"]
+    episodes = Episodes(api_client, namespace)
+    eventually(lambda: episodes.ready_reason(episode_id) == "SandboxReady", timeout=20, what="Ready")
+    grant = http.post(
+        f"/v1/episodes/{episode_id}/leases",
+        json={"rolloutId": "r-5", "ttlSeconds": 60},
+        headers=auth(host_token),
+    )
+    assert grant.status_code == 201, grant.text
+    lease = grant.json()
+    assert (lease["scope"], lease["rolloutId"]) == ("operate", "r-5")
+    operate = auth(lease["token"], **{"X-Rollout-Id": "r-5"})
+    assert http.get(f"/v1/episodes/{episode_id}", headers=operate).status_code == 200
+    regrant = http.post(f"/v1/episodes/{episode_id}/leases", json={"rolloutId": "r-6"}, headers=operate)
+    assert (regrant.status_code, regrant.json()["code"]) == (403, "forbidden")
+    before = (episodes.get(episode_id) or {})["status"]["expiresAt"]
+    renewed = http.post(
+        f"/v1/episodes/{episode_id}/renew", json={"ttlSeconds": 900}, headers=auth(host_token)
+    )
+    assert renewed.status_code == 200, renewed.text
+    eventually(
+        lambda: ((episodes.get(episode_id) or {}).get("status") or {}).get("expiresAt") not in (None, before),
+        timeout=10,
+        what="expiresAt to move",
+    )
+    over = http.post(f"/v1/episodes/{episode_id}/renew", json={"ttlSeconds": 7200}, headers=auth(host_token))
+    assert (over.status_code, over.json()["code"]) == (422, "invalid_request")

@@ -19,6 +19,9 @@ from gymsandbox.broker.models import (
     ExecRequest,
     ExecResult,
     Health,
+    LeaseGrant,
+    LeaseRequest,
+    RenewRequest,
 )
 from gymsandbox.broker.service import BrokerService, BrokerState
 
@@ -57,7 +60,7 @@ async def create_episode(
 
 @router.get("/v1/episodes")
 async def list_episodes(request: Request, authorization: Authorization = None) -> EpisodeList:
-    return await service(request).list(authorization)
+    return await service(request).list_episodes(authorization)
 
 
 @router.get("/v1/episodes/{episode_id}")
@@ -83,6 +86,92 @@ async def exec_in_episode(
     x_rollout_id: RolloutId = None,
 ) -> ExecResult:
     return await service(request).exec(authorization, episode_id, body, x_rollout_id)
+
+
+@router.post("/v1/episodes/{episode_id}/leases", status_code=201)
+async def grant_lease(
+    request: Request, episode_id: str, body: LeaseRequest, authorization: Authorization = None
+) -> LeaseGrant:
+    return await service(request).grant_lease(authorization, episode_id, body)
+
+
+@router.post("/v1/episodes/{episode_id}/renew")
+async def renew(
+    request: Request, episode_id: str, body: RenewRequest, authorization: Authorization = None
+) -> Episode:
+    return await service(request).renew(authorization, episode_id, body)
+
+
+TAR = "application/x-tar"
+UPLOAD = {
+    "requestBody": {
+        "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}
+    }
+}
+
+
+@router.put("/v1/episodes/{episode_id}/files/{path:path}", status_code=204, openapi_extra=UPLOAD)
+async def put_file(
+    request: Request,
+    episode_id: str,
+    path: str,
+    authorization: Authorization = None,
+    x_rollout_id: RolloutId = None,
+) -> Response:
+    data = await _body(request)
+    await service(request).put_file(authorization, episode_id, path, data, x_rollout_id)
+    return Response(status_code=204)
+
+
+@router.get("/v1/episodes/{episode_id}/files/{path:path}")
+async def get_file(
+    request: Request,
+    episode_id: str,
+    path: str,
+    authorization: Authorization = None,
+    x_rollout_id: RolloutId = None,
+) -> Response:
+    data = await service(request).get_file(authorization, episode_id, path, x_rollout_id)
+    return Response(data, media_type="application/octet-stream")
+
+
+@router.put("/v1/episodes/{episode_id}/directories/{path:path}", status_code=204, openapi_extra=UPLOAD)
+async def put_directory(
+    request: Request,
+    episode_id: str,
+    path: str,
+    authorization: Authorization = None,
+    x_rollout_id: RolloutId = None,
+) -> Response:
+    data = await _body(request)
+    await service(request).put_directory(authorization, episode_id, path, data, x_rollout_id)
+    return Response(status_code=204)
+
+
+@router.get("/v1/episodes/{episode_id}/directories/{path:path}")
+async def get_directory(
+    request: Request,
+    episode_id: str,
+    path: str,
+    authorization: Authorization = None,
+    x_rollout_id: RolloutId = None,
+) -> Response:
+    data = await service(request).get_directory(authorization, episode_id, path, x_rollout_id)
+    return Response(data, media_type=TAR)
+
+
+async def _body(request: Request) -> bytes:
+    """The upload, refused as soon as it passes the limit (no need to hold an oversized body)."""
+    limit = service(request).state.settings.max_transfer_bytes
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise BrokerError("payload_too_large", f"{declared} bytes is over the limit of {limit}")
+    received = bytearray()
+    async for chunk in request.stream():
+        received += chunk
+        if len(received) > limit:
+            raise BrokerError("payload_too_large", f"the upload is over the limit of {limit} bytes")
+    return bytes(received)
 
 
 async def _broker_error(_: Request, error: Exception) -> Response:

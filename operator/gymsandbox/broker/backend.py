@@ -76,6 +76,9 @@ class KubeBackend:
             raise ApiException(status=409, reason="Conflict")
         return existing, False
 
+    def patch_episode(self, namespace: str, name: str, body: Mapping[str, Any]) -> Manifest:
+        return self.kube.patch(EPISODE, namespace, name, body)
+
     def delete_episode(self, namespace: str, name: str) -> bool:
         return self.kube.delete(EPISODE, namespace, name)
 

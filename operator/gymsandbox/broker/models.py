@@ -95,3 +95,21 @@ class ExecResult(Model):
     truncated: bool
     timed_out: bool
     duration_seconds: float
+
+
+class LeaseRequest(Model):
+    """An `operate` lease for a co-worker: it may use the episode (exec, files) under its own rollout id."""
+
+    rollout_id: str = Field(pattern=ROLLOUT_ID_PATTERN, min_length=1, max_length=253)
+    ttl_seconds: int = Field(600, ge=1, le=86_400, alias="ttlSeconds")
+
+
+class LeaseGrant(Model):
+    token: str
+    scope: str
+    rollout_id: str
+    expires_at: int  # unix seconds; never later than the episode's own expiry
+
+
+class RenewRequest(Model):
+    ttl_seconds: int = Field(ge=1, le=86_400, alias="ttlSeconds")

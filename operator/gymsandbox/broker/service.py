@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import time
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from fastapi.concurrency import run_in_threadpool
@@ -17,8 +19,9 @@ from gymsandbox.api.conditions import Reason
 from gymsandbox.api.episode import EpisodeSandboxSpec
 from gymsandbox.api.gymhost import GymHostSpec
 from gymsandbox.api.names import API_VERSION
+from gymsandbox.broker.archive import check_archive, sandbox_path
 from gymsandbox.broker.auth import Caller, authenticate, authorize_episode, require_host
-from gymsandbox.broker.backend import KubeBackend
+from gymsandbox.broker.backend import EXIT_UNREACHABLE, ExecOutcome, KubeBackend
 from gymsandbox.broker.errors import BrokerError, ErrorCode
 from gymsandbox.broker.models import (
     CreateEpisode,
@@ -26,11 +29,14 @@ from gymsandbox.broker.models import (
     EpisodeList,
     ExecRequest,
     ExecResult,
+    LeaseGrant,
+    LeaseRequest,
+    RenewRequest,
 )
 from gymsandbox.desired.names import child_name
 from gymsandbox.desired.owner import Manifest
 from gymsandbox.desired.pod import EPISODE_CONTAINER_NAME
-from gymsandbox.leases import Scope, SigningKey
+from gymsandbox.leases import Claims, Scope, SigningKey, issue, operate_claims
 from gymsandbox.policy.cluster import ClusterPolicy
 from gymsandbox.policy.episodes import EpisodeRequest, admit_episode
 
@@ -40,6 +46,8 @@ RETRY_AFTER_SECONDS = 5
 @dataclass
 class BrokerSettings:
     max_exec_timeout_seconds: float = 600
+    max_transfer_bytes: int = 64 * 1024 * 1024  # one file or one tar, either way
+    transfer_timeout_seconds: float = 300
     closed_memory: int = (
         100_000  # closed episode ids remembered, to answer session_lost rather than not_found
     )
@@ -147,7 +155,12 @@ class BrokerService:
         self, caller: Caller, host_spec: GymHostSpec, body: CreateEpisode
     ) -> EpisodeSandboxSpec:
         try:
-            spec = EpisodeSandboxSpec.model_validate({"hostRef": {"name": caller.claims.name}, **body.wire()})
+            fields = body.wire()
+            ttl = fields.pop("ttlSeconds", None)
+            lifetime = {"lifetime": {"ttlSeconds": ttl}} if ttl is not None else {}
+            spec = EpisodeSandboxSpec.model_validate(
+                {"hostRef": {"name": caller.claims.name}, **fields, **lifetime}
+            )
         except ValidationError as e:
             raise BrokerError("invalid_request", validation_message(e)) from None
         refusal = admit_episode(EpisodeRequest(spec, host_spec, self.state.policy))
@@ -171,7 +184,7 @@ class BrokerService:
                 retry_after=RETRY_AFTER_SECONDS,
             )
 
-    async def list(self, authorization: str | None) -> EpisodeList:
+    async def list_episodes(self, authorization: str | None) -> EpisodeList:
         caller = await self.caller(authorization)
         if caller.claims.scope != Scope.HOST:
             return EpisodeList(episodes=[episode_view(caller.live)])
@@ -209,11 +222,7 @@ class BrokerService:
             raise BrokerError(
                 "invalid_request", f"timeoutSeconds {body.timeout_seconds:g} exceeds the cap of {cap:g}"
             )
-        episode = await self.episode(caller, episode_id, destroy=False, rollout=rollout)
-        view = episode_view(episode)
-        pod = (episode.get("status") or {}).get("podName")
-        if not pod or not view.ready:
-            raise BrokerError("conflict", f"episode {episode_id} is not ready yet ({view.reason})")
+        pod = await self._ready_pod(caller, episode_id, rollout)
         outcome = await run_in_threadpool(
             self.state.backend.exec,
             caller.namespace,
@@ -231,3 +240,173 @@ class BrokerService:
             timed_out=outcome.timed_out,
             duration_seconds=round(outcome.duration_seconds, 3),
         )
+
+    # --- leases and renewal -------------------------------------------------------------------------------
+
+    async def grant_lease(self, authorization: str | None, episode_id: str, body: LeaseRequest) -> LeaseGrant:
+        caller = await self.caller(authorization)
+        episode = await self.episode(caller, episode_id, destroy=True, rollout=None)
+        owner = owner_claims(episode)
+        if owner is None:
+            raise BrokerError(
+                "conflict", f"episode {episode_id} is not admitted yet; leases start at admission"
+            )
+        claims = operate_claims(owner, body.rollout_id, int(time.time()) + body.ttl_seconds)
+        return LeaseGrant(
+            token=issue(claims, self.state.key),
+            scope=claims.scope.value,
+            rollout_id=body.rollout_id,
+            expires_at=claims.expires_at,
+        )
+
+    async def renew(self, authorization: str | None, episode_id: str, body: RenewRequest) -> Episode:
+        caller = await self.caller(authorization)
+        episode = await self.episode(caller, episode_id, destroy=True, rollout=None)
+        host = await run_in_threadpool(self.state.backend.get_host, caller.namespace, caller.host_name())
+        cap = (
+            GymHostSpec.model_validate((host or {}).get("spec") or {}).episodes.max_ttl_seconds if host else 0
+        )
+        if body.ttl_seconds > cap:
+            raise BrokerError(
+                "invalid_request", f"ttlSeconds {body.ttl_seconds} exceeds the host's cap of {cap}"
+            )
+        patched = await run_in_threadpool(
+            self.state.backend.patch_episode,
+            caller.namespace,
+            episode_id,
+            {"spec": {"lifetime": {"ttlSeconds": body.ttl_seconds}}},
+        )
+        return episode_view({**patched, "status": episode.get("status") or {}})
+
+    # --- files ---------------------------------------------------------------------------------------------
+
+    async def _ready_pod(self, caller: Caller, episode_id: str, rollout: str | None) -> str:
+        episode = await self.episode(caller, episode_id, destroy=False, rollout=rollout)
+        view = episode_view(episode)
+        pod = (episode.get("status") or {}).get("podName")
+        if not pod or not view.ready:
+            raise BrokerError("conflict", f"episode {episode_id} is not ready yet ({view.reason})")
+        return str(pod)
+
+    async def _run(
+        self,
+        caller: Caller,
+        pod: str,
+        argv: list[str],
+        *,
+        stdin: bytes | None = None,
+        max_output: int | None = None,
+    ) -> ExecOutcome:
+        settings = self.state.settings
+        outcome = await run_in_threadpool(
+            self.state.backend.exec,
+            caller.namespace,
+            pod,
+            EPISODE_CONTAINER_NAME,
+            argv,
+            timeout=settings.transfer_timeout_seconds,
+            max_output=max_output or settings.max_transfer_bytes,
+            stdin=stdin,
+        )
+        if outcome.exit_code == EXIT_UNREACHABLE or outcome.timed_out:
+            raise BrokerError("backend_error", "the sandbox could not be reached for the transfer")
+        return outcome
+
+    def _check_upload(self, data: bytes) -> None:
+        if len(data) > self.state.settings.max_transfer_bytes:
+            raise BrokerError(
+                "payload_too_large",
+                f"{len(data)} bytes is over the limit of {self.state.settings.max_transfer_bytes}",
+            )
+
+    async def put_file(
+        self, authorization: str | None, episode_id: str, path: str, data: bytes, rollout: str | None
+    ) -> None:
+        caller = await self.caller(authorization)
+        target = sandbox_path(path)
+        self._check_upload(data)
+        pod = await self._ready_pod(caller, episode_id, rollout)
+        outcome = await self._run(caller, pod, ["sh", "-c", WRITE_FILE, "sh", target], stdin=data)
+        if outcome.exit_code != 0:
+            raise BrokerError("invalid_request", f"cannot write {target}: {_first_line(outcome.stderr)}")
+
+    async def get_file(
+        self, authorization: str | None, episode_id: str, path: str, rollout: str | None
+    ) -> bytes:
+        caller = await self.caller(authorization)
+        target = sandbox_path(path)
+        pod = await self._ready_pod(caller, episode_id, rollout)
+        outcome = await self._run(caller, pod, ["cat", "--", target])
+        if outcome.truncated:
+            raise BrokerError(
+                "payload_too_large", f"{target} is larger than {self.state.settings.max_transfer_bytes} bytes"
+            )
+        if outcome.exit_code != 0:
+            raise BrokerError("invalid_request", f"cannot read {target}: {_first_line(outcome.stderr)}")
+        return outcome.stdout
+
+    async def put_directory(
+        self, authorization: str | None, episode_id: str, path: str, data: bytes, rollout: str | None
+    ) -> None:
+        """Unpack a tar into `path`, replacing it whole; a refused or failed upload leaves nothing behind."""
+        caller = await self.caller(authorization)
+        target = sandbox_path(path)
+        self._check_upload(data)
+        check_archive(data, self.state.settings.max_transfer_bytes)
+        pod = await self._ready_pod(caller, episode_id, rollout)
+        outcome = await self._run(caller, pod, ["sh", "-c", WRITE_DIRECTORY, "sh", target], stdin=data)
+        if outcome.exit_code != 0:
+            raise BrokerError(
+                "invalid_request", f"cannot unpack into {target}: {_first_line(outcome.stderr)}"
+            )
+
+    async def get_directory(
+        self, authorization: str | None, episode_id: str, path: str, rollout: str | None
+    ) -> bytes:
+        caller = await self.caller(authorization)
+        target = sandbox_path(path)
+        pod = await self._ready_pod(caller, episode_id, rollout)
+        outcome = await self._run(caller, pod, ["tar", "-c", "-f", "-", "-C", target, "."])
+        if outcome.truncated:
+            raise BrokerError(
+                "payload_too_large",
+                f"{target} packs to more than {self.state.settings.max_transfer_bytes} bytes",
+            )
+        if outcome.exit_code != 0:
+            raise BrokerError("invalid_request", f"cannot pack {target}: {_first_line(outcome.stderr)}")
+        return outcome.stdout
+
+
+# Written to a sibling first and renamed, so a reader never sees half a file and a failure leaves none.
+WRITE_FILE = (
+    'set -e; part="$1.gs-part"; trap \'rm -f -- "$part"\' EXIT; '
+    'mkdir -p -- "$(dirname -- "$1")"; cat > "$part"; mv -f -- "$part" "$1"'
+)
+# Unpacked beside the destination, then swapped in whole.
+WRITE_DIRECTORY = (
+    'set -e; part="$1.gs-part"; trap \'rm -rf -- "$part"\' EXIT; rm -rf -- "$part"; mkdir -p -- "$part"; '
+    'tar -x -f - -C "$part" --no-same-owner --no-same-permissions; '
+    'mkdir -p -- "$(dirname -- "$1")"; rm -rf -- "$1"; mv -- "$part" "$1"'
+)
+
+
+def _first_line(stderr: bytes) -> str:
+    return (stderr.decode(errors="replace").strip().splitlines() or ["failed"])[0][:300]
+
+
+def owner_claims(episode: Mapping[str, Any]) -> Claims | None:
+    """The owner lease of an admitted episode, as the operator issues it (None before admission)."""
+    meta, spec, status = episode["metadata"], episode.get("spec") or {}, episode.get("status") or {}
+    expires = status.get("expiresAt")
+    if not expires:
+        return None
+    expires_at = int(datetime.fromisoformat(str(expires).replace("Z", "+00:00")).timestamp())
+    return Claims(
+        kind="EpisodeSandbox",
+        namespace=meta["namespace"],
+        name=meta["name"],
+        uid=meta["uid"],
+        scope=Scope.OWNER,
+        rollout_id=spec.get("rolloutId"),
+        expires_at=expires_at,
+    )
