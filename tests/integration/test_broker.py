@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import base64
+import io
+import os
+import tarfile
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -12,7 +15,13 @@ import pytest
 from kubernetes import client
 
 from gymsandbox.leases import SIGNING_KEY_SECRET, Claims, Scope, issue, key_from_secret, operate_claims, peek
-from tests.integration.conftest import OPERATOR_NAMESPACE, BrokerProcess, Cluster, OperatorProcess
+from tests.integration.conftest import (
+    OPERATOR_NAMESPACE,
+    BrokerProcess,
+    Cluster,
+    OperatorProcess,
+    cluster_script,
+)
 from tests.integration.episodes import EPISODE_IMAGE, Episodes
 from tests.integration.gymhosts import Hosts, apply, eventually, sample, set_path
 
@@ -256,3 +265,139 @@ def test_a_granted_operate_lease_uses_but_cannot_close_and_renewal_moves_expiry(
     )
     over = http.post(f"/v1/episodes/{episode_id}/renew", json={"ttlSeconds": 7200}, headers=auth(host_token))
     assert (over.status_code, over.json()["code"]) == (422, "invalid_request")
+
+
+@pytest.fixture
+def sandbox(
+    http: httpx.Client, host_token: str, cluster: Cluster, api_client: client.ApiClient, namespace: str
+) -> str:
+    """A Ready episode whose pod runs commands (on the local control plane, kwok runs them as processes)."""
+    created = new_episode(http, host_token)
+    assert created.status_code == 201, created.text
+    episode_id = str(created.json()["id"])
+    episodes = Episodes(api_client, namespace)
+    eventually(lambda: episodes.ready_reason(episode_id) == "SandboxReady", timeout=20, what="Ready")
+    if cluster.local:
+        pod = (episodes.get(episode_id) or {})["status"]["podName"]
+        cluster_script.enable_exec(cluster_script.Paths(cluster_script.STATE_DIR), namespace, pod)  # type: ignore[attr-defined]
+    return episode_id
+
+
+def run(http: httpx.Client, token: str, episode_id: str, **body: Any) -> dict[str, Any]:
+    answer = http.post(f"/v1/episodes/{episode_id}/exec", json=body, headers=auth(token))
+    assert answer.status_code == 200, answer.text
+    result: dict[str, Any] = answer.json()
+    return result
+
+
+def tar_of(files: dict[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def untar(data: bytes) -> dict[str, bytes]:
+    with tarfile.open(fileobj=io.BytesIO(data)) as archive:
+        return {
+            m.name.removeprefix("./"): archive.extractfile(m).read()  # type: ignore[union-attr]
+            for m in archive.getmembers()
+            if m.isfile()
+        }
+
+
+def test_exec_runs_argv_and_shell_and_reports_exit_codes(
+    http: httpx.Client, host_token: str, sandbox: str
+) -> None:
+    echoed = run(http, host_token, sandbox, argv=["echo", "hello"])
+    assert (echoed["exitCode"], echoed["stdout"], echoed["timedOut"]) == (0, "hello\n", False)
+    failed = run(http, host_token, sandbox, shell="echo oops >&2; exit 3", env={"GREETING": "hi"})
+    assert (failed["exitCode"], failed["stderr"].splitlines()[0]) == (3, "oops")
+    env = run(http, host_token, sandbox, shell='echo "$GREETING"', env={"GREETING": "hi"})
+    assert env["stdout"] == "hi\n"
+
+
+def test_a_command_past_its_deadline_answers_minus_one_in_about_its_timeout(
+    http: httpx.Client, host_token: str, sandbox: str
+) -> None:
+    started = time.monotonic()
+    result = run(http, host_token, sandbox, argv=["sleep", "30"], timeoutSeconds=1)
+    assert (result["exitCode"], result["timedOut"]) == (-1, True)
+    assert time.monotonic() - started < 5
+
+
+def test_output_over_the_cap_is_truncated_with_a_marker(
+    http: httpx.Client, host_token: str, sandbox: str
+) -> None:
+    result = run(http, host_token, sandbox, shell="head -c 5000 /dev/zero | tr '\\0' x", maxOutputBytes=100)
+    assert result["truncated"] is True
+    assert result["stdout"].startswith("x" * 100)
+    assert "[output truncated]" in result["stdout"]
+
+
+def test_a_directory_uploaded_comes_back_byte_identical(
+    http: httpx.Client, host_token: str, sandbox: str
+) -> None:
+    files = {"blob.bin": os.urandom(200_000), "nested/notes.txt": b"line\r\n\x00end"}
+    put = http.put(
+        f"/v1/episodes/{sandbox}/directories/data", content=tar_of(files), headers=auth(host_token)
+    )
+    assert put.status_code == 204, put.text
+    got = http.get(f"/v1/episodes/{sandbox}/directories/data", headers=auth(host_token))
+    assert got.status_code == 200, got.text
+    assert untar(got.content) == files
+
+
+def test_a_file_uploaded_comes_back_byte_identical(http: httpx.Client, host_token: str, sandbox: str) -> None:
+    payload = os.urandom(70_000)
+    assert (
+        http.put(
+            f"/v1/episodes/{sandbox}/files/in/data.bin", content=payload, headers=auth(host_token)
+        ).status_code
+        == 204
+    )
+    got = http.get(f"/v1/episodes/{sandbox}/files/in/data.bin", headers=auth(host_token))
+    assert (got.status_code, got.content) == (200, payload)
+
+
+def test_unsafe_uploads_are_refused_and_leave_nothing(
+    http: httpx.Client, host_token: str, sandbox: str
+) -> None:
+    escape = io.BytesIO()
+    with tarfile.open(fileobj=escape, mode="w") as archive:
+        link = tarfile.TarInfo("out")
+        link.type, link.linkname = tarfile.SYMTYPE, "/etc"
+        archive.addfile(link)
+    attempts = [
+        http.put(
+            f"/v1/episodes/{sandbox}/directories/evil", content=escape.getvalue(), headers=auth(host_token)
+        ),
+        http.put(
+            f"/v1/episodes/{sandbox}/directories/evil",
+            content=tar_of({"../up.txt": b"x"}),
+            headers=auth(host_token),
+        ),
+        http.put(
+            f"/v1/episodes/{sandbox}/files/..%2F..%2Fetc%2Fpasswd", content=b"x", headers=auth(host_token)
+        ),
+        http.put(f"/v1/episodes/{sandbox}/directories/evil", content=b"not a tar", headers=auth(host_token)),
+    ]
+    for answer in attempts:
+        assert (answer.status_code, answer.json()["code"]) == (422, "invalid_request"), answer.text
+    listing = run(http, host_token, sandbox, shell="ls -a")
+    assert "evil" not in listing["stdout"]
+    assert ".gs-part" not in listing["stdout"]
+    oversized = http.put(
+        f"/v1/episodes/{sandbox}/files/big", content=b"x" * (64 * 1024 * 1024 + 1), headers=auth(host_token)
+    )
+    assert (oversized.status_code, oversized.json()["code"]) == (413, "payload_too_large")
+    assert http.get("/healthz").json()["status"] == "ok"
+
+
+def test_calls_after_close_answer_session_lost(http: httpx.Client, host_token: str, sandbox: str) -> None:
+    assert http.delete(f"/v1/episodes/{sandbox}", headers=auth(host_token)).status_code == 200
+    answer = http.post(f"/v1/episodes/{sandbox}/exec", json={"argv": ["true"]}, headers=auth(host_token))
+    assert (answer.status_code, answer.json()["code"]) == (404, "session_lost")

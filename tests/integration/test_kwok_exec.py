@@ -124,16 +124,6 @@ def test_a_nonzero_exit_fails_the_exec_and_its_code_is_in_the_message(
     assert b"exit status 3" in result.stderr
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="kwok v0.8.0 wraps the exit error (fmt.Errorf %w), so cri-streaming reports an InternalError "
-    "and kubectl exits 1; when this passes, kwok propagates exit codes: drop the workarounds",
-)
-def test_the_exit_code_reaches_the_client(cluster: Cluster, namespace: str, make_pod: MakePod) -> None:
-    make_pod("sandbox")
-    assert kubectl(cluster, namespace, "exec", "sandbox", "--", "sh", "-c", "exit 3").returncode == 3
-
-
 def test_tar_upload_through_stdin_then_download_round_trips_the_bytes(
     cluster: Cluster, namespace: str, make_pod: MakePod
 ) -> None:

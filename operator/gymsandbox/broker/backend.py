@@ -3,6 +3,9 @@ commands in sandbox pods through the Kubernetes pods/exec API. Blocking; the app
 
 from __future__ import annotations
 
+import json
+import math
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -11,7 +14,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.stream import stream
-from kubernetes.stream.ws_client import STDIN_CHANNEL
+from kubernetes.stream.ws_client import ERROR_CHANNEL, STDIN_CHANNEL
 
 from gymsandbox.desired.owner import Manifest
 from gymsandbox.handlers.kube import EPISODE, GYMHOST, Kube
@@ -93,7 +96,12 @@ class KubeBackend:
         max_output: int,
         stdin: bytes | None = None,
     ) -> ExecOutcome:
-        """Run argv in the container; never raises for the command's own failure, deadline or reachability."""
+        """Run argv in the container; never raises for the command's own failure, deadline or reachability.
+
+        The deadline holds on both sides: here the call returns when it passes (exit -1), and inside the
+        sandbox `timeout` kills the command a second later, since a closed exec stream does not stop it.
+        """
+        argv = ["timeout", "-s", "KILL", str(math.ceil(timeout) + 1), *argv]
         started = time.monotonic()
         deadline = started + timeout
         stdout, stderr = _Capped(max_output), _Capped(max_output)
@@ -152,5 +160,17 @@ class KubeBackend:
 
 
 def _returncode(ws: Any) -> int:
-    code = ws.returncode
-    return int(code) if code is not None else EXIT_UNREACHABLE
+    """The exit code from the exec status: a Success, an ExitCode cause (a kubelet), or "exit status N" in
+    the message (kwok, which wraps the process error)."""
+    raw = ws.read_channel(ERROR_CHANNEL)
+    try:
+        status = json.loads(raw) if raw else {}
+    except ValueError:
+        return EXIT_UNREACHABLE
+    if status.get("status") == "Success":
+        return 0
+    for cause in (status.get("details") or {}).get("causes") or []:
+        if cause.get("reason") == "ExitCode" and str(cause.get("message", "")).isdigit():
+            return int(cause["message"])
+    found = re.search(r"exit status (\d+)", str(status.get("message", "")))
+    return int(found.group(1)) if found else EXIT_UNREACHABLE

@@ -326,7 +326,9 @@ class BrokerService:
         target = sandbox_path(path)
         self._check_upload(data)
         pod = await self._ready_pod(caller, episode_id, rollout)
-        outcome = await self._run(caller, pod, ["sh", "-c", WRITE_FILE, "sh", target], stdin=data)
+        outcome = await self._run(
+            caller, pod, ["sh", "-c", WRITE_FILE, "sh", target, str(len(data))], stdin=data
+        )
         if outcome.exit_code != 0:
             raise BrokerError("invalid_request", f"cannot write {target}: {_first_line(outcome.stderr)}")
 
@@ -354,7 +356,9 @@ class BrokerService:
         self._check_upload(data)
         check_archive(data, self.state.settings.max_transfer_bytes)
         pod = await self._ready_pod(caller, episode_id, rollout)
-        outcome = await self._run(caller, pod, ["sh", "-c", WRITE_DIRECTORY, "sh", target], stdin=data)
+        outcome = await self._run(
+            caller, pod, ["sh", "-c", WRITE_DIRECTORY, "sh", target, str(len(data))], stdin=data
+        )
         if outcome.exit_code != 0:
             raise BrokerError(
                 "invalid_request", f"cannot unpack into {target}: {_first_line(outcome.stderr)}"
@@ -377,15 +381,16 @@ class BrokerService:
         return outcome.stdout
 
 
-# Written to a sibling first and renamed, so a reader never sees half a file and a failure leaves none.
+# $1 is the path, $2 the exact byte count: reading a counted length does not depend on stdin reaching
+# end-of-file (kwok never sends it). A file is written to a sibling and renamed, so a reader never sees
+# half of it and a failure leaves none; a directory is unpacked beside its destination and swapped in.
 WRITE_FILE = (
-    'set -e; part="$1.gs-part"; trap \'rm -f -- "$part"\' EXIT; '
-    'mkdir -p -- "$(dirname -- "$1")"; cat > "$part"; mv -f -- "$part" "$1"'
+    'set -e; part="$1.gs-part"; trap \'rm -f -- "$part"\' EXIT; mkdir -p -- "$(dirname -- "$1")"; '
+    'head -c "$2" > "$part"; test "$(wc -c < "$part")" -eq "$2"; mv -f -- "$part" "$1"'
 )
-# Unpacked beside the destination, then swapped in whole.
 WRITE_DIRECTORY = (
     'set -e; part="$1.gs-part"; trap \'rm -rf -- "$part"\' EXIT; rm -rf -- "$part"; mkdir -p -- "$part"; '
-    'tar -x -f - -C "$part" --no-same-owner --no-same-permissions; '
+    'head -c "$2" | tar -x -f - -C "$part" --no-same-owner --no-same-permissions; '
     'mkdir -p -- "$(dirname -- "$1")"; rm -rf -- "$1"; mv -- "$part" "$1"'
 )
 
