@@ -235,41 +235,52 @@ def start_operator(
 
 @dataclass
 class BrokerProcess:
+    """One `gymsandbox broker` CLI process on a free loopback port."""
+
     process: subprocess.Popen[bytes]
     url: str
     log: Path
+
+    @classmethod
+    def launch(cls, cluster: Cluster, policy_file: Path, log: Path) -> BrokerProcess:
+        port = cluster_script.free_port()  # type: ignore[attr-defined]
+        env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
+        argv = [str(Path(sys.executable).parent / "gymsandbox"), "broker", "--policy", str(policy_file)]
+        argv += ["--operator-namespace", OPERATOR_NAMESPACE, "--listen", f"127.0.0.1:{port}"]
+        with log.open("ab") as out:
+            process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
+        handle = cls(process, f"http://127.0.0.1:{port}", log)
+        deadline = time.monotonic() + 30
+        while not handle.healthy():
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the broker did not start:\n{log.read_text()[-3000:]}")
+            time.sleep(0.2)
+        return handle
+
+    def healthy(self) -> bool:
+        try:
+            return httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=40)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
 
 
 @pytest.fixture(scope="session")
 def broker(
     cluster: Cluster, crds: None, policy_file: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[BrokerProcess]:
-    """The real `gymsandbox broker` CLI on a free loopback port."""
-    port = cluster_script.free_port()  # type: ignore[attr-defined]
-    log = tmp_path_factory.mktemp("broker") / "broker.log"
-    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
-    argv = [str(Path(sys.executable).parent / "gymsandbox"), "broker", "--policy", str(policy_file)]
-    argv += ["--operator-namespace", OPERATOR_NAMESPACE, "--listen", f"127.0.0.1:{port}"]
-    with log.open("ab") as out:
-        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        if process.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"the broker did not start:\n{log.read_text()[-3000:]}")
-        time.sleep(0.2)
-    yield BrokerProcess(process, url, log)
-    process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(timeout=40)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+    """The broker every broker test talks to."""
+    handle = BrokerProcess.launch(cluster, policy_file, tmp_path_factory.mktemp("broker") / "broker.log")
+    yield handle
+    handle.stop()
 
 
 @pytest.hookimpl(wrapper=True)

@@ -5,9 +5,12 @@ from __future__ import annotations
 import base64
 import io
 import os
+import signal
 import tarfile
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -401,3 +404,45 @@ def test_calls_after_close_answer_session_lost(http: httpx.Client, host_token: s
     assert http.delete(f"/v1/episodes/{sandbox}", headers=auth(host_token)).status_code == 200
     answer = http.post(f"/v1/episodes/{sandbox}/exec", json={"argv": ["true"]}, headers=auth(host_token))
     assert (answer.status_code, answer.json()["code"]) == (404, "session_lost")
+
+
+def test_metrics_count_requests_by_route_and_logs_hold_no_token(
+    http: httpx.Client, host_token: str, sandbox: str, broker: BrokerProcess
+) -> None:
+    run(http, host_token, sandbox, argv=["true"])
+    http.get("/v1/episodes", headers=auth("Bearer garbage"))
+    text = http.get("/metrics").text
+    assert (
+        'gymsandbox_broker_requests_total{method="POST",route="/v1/episodes/{episode_id}/exec",status="200"}'
+        in text
+    )
+    assert 'gymsandbox_broker_exec_duration_seconds_count{outcome="ok"}' in text
+    assert 'status="401"' in text
+    log = broker.log.read_text()
+    assert '"route": "/v1/episodes/{episode_id}/exec"' in log
+    assert host_token not in log
+    assert host_token.split(".")[2] not in log  # not even the signature part
+
+
+def test_on_sigterm_in_flight_execs_finish_while_new_creates_get_503(
+    cluster: Cluster, policy_file: Path, tmp_path: Path, http: httpx.Client, host_token: str, sandbox: str
+) -> None:
+    draining = BrokerProcess.launch(cluster, policy_file, tmp_path / "broker.log")
+    try:
+        with (
+            httpx.Client(base_url=draining.url, timeout=30) as own,
+            ThreadPoolExecutor(max_workers=1) as pool,
+        ):
+            slow = pool.submit(run, own, host_token, sandbox, argv=["sleep", "2"], timeoutSeconds=10)
+            time.sleep(0.5)
+            draining.process.send_signal(signal.SIGTERM)
+            time.sleep(0.3)
+            refused = new_episode(own, host_token)
+            assert (refused.status_code, refused.json()["code"]) == (503, "shutting_down")
+            assert own.get("/healthz").status_code == 503
+            assert slow.result(timeout=20)["exitCode"] == 0  # the in-flight exec finished
+        # uvicorn shuts down cleanly, then re-raises the SIGTERM it captured, as a stopped service should.
+        assert draining.process.wait(timeout=20) in (0, -signal.SIGTERM)
+        assert "Traceback" not in draining.log.read_text()
+    finally:
+        draining.stop()

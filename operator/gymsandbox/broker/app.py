@@ -4,6 +4,7 @@ the backend. Every error is `{code, message}` with a stable code; nothing answer
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Annotated
 
 from fastapi import APIRouter, FastAPI, Header, Request, Response
@@ -39,9 +40,11 @@ def service(request: Request) -> BrokerService:
     return broker
 
 
-@router.get("/healthz")
-async def healthz(request: Request) -> Health:
-    return Health(status="shutting_down" if service(request).state.shutting_down else "ok")
+@router.get("/healthz", responses={503: {"model": Health}})
+async def healthz(request: Request) -> Response:
+    if service(request).state.shutting_down:  # not ready: let the Service route elsewhere
+        return JSONResponse(Health(status="shutting_down").wire(), 503)
+    return JSONResponse(Health(status="ok").wire())
 
 
 @router.post("/v1/episodes", status_code=201)
@@ -174,6 +177,15 @@ async def _body(request: Request) -> bytes:
     return bytes(received)
 
 
+async def _count_in_flight(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+    state = service(request).state
+    state.in_flight += 1
+    try:
+        return await call_next(request)
+    finally:
+        state.in_flight -= 1
+
+
 async def _broker_error(_: Request, error: Exception) -> Response:
     assert isinstance(error, BrokerError)
     headers = {"Retry-After": str(error.retry_after)} if error.retry_after else None
@@ -193,10 +205,17 @@ async def _unexpected(_: Request, error: Exception) -> Response:
     return JSONResponse({"code": "backend_error", "message": "the cluster could not be reached"}, 502)
 
 
+@router.get("/metrics", include_in_schema=False)
+async def metrics(request: Request) -> Response:
+    return service(request).telemetry.exposition()
+
+
 def create_app(state: BrokerState) -> FastAPI:
     app = FastAPI(title="gymsandbox episode broker", version=PROTOCOL_VERSION)
     app.state.service = BrokerService(state)
     app.include_router(router)
+    app.middleware("http")(app.state.service.telemetry.middleware)
+    app.middleware("http")(_count_in_flight)
     app.add_exception_handler(BrokerError, _broker_error)
     app.add_exception_handler(RequestValidationError, _invalid)
     app.add_exception_handler(Exception, _unexpected)

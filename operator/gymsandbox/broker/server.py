@@ -7,6 +7,8 @@ stops; uvicorn waits for open requests up to the grace period.
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from pathlib import Path
 from types import FrameType
 
@@ -24,12 +26,24 @@ GRACE_SECONDS = 30
 
 
 class _DrainingServer(uvicorn.Server):
+    """On SIGTERM: keep serving while calls in flight finish (new creates get 503, /healthz turns 503 so the
+    Service stops routing here), then stop; never longer than GRACE_SECONDS."""
+
     def __init__(self, config: uvicorn.Config, state: BrokerState) -> None:
         super().__init__(config)
         self.broker_state = state
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        self.broker_state.shutting_down = True  # new creates get 503 from here on
+        if self.broker_state.shutting_down:
+            super().handle_exit(sig, frame)  # a second signal: stop now
+            return
+        self.broker_state.shutting_down = True
+        threading.Thread(target=self._drain, args=(sig, frame), daemon=True).start()
+
+    def _drain(self, sig: int, frame: FrameType | None) -> None:
+        deadline = time.monotonic() + GRACE_SECONDS
+        while self.broker_state.in_flight > 0 and time.monotonic() < deadline:
+            time.sleep(0.1)
         super().handle_exit(sig, frame)
 
 
@@ -46,12 +60,13 @@ def build_state(policy_path: Path, operator_namespace: str) -> BrokerState:
 def run_broker(policy_path: Path, operator_namespace: str, host: str, port: int) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     state = build_state(policy_path, operator_namespace)
+    # Our access log (broker/telemetry.py) replaces uvicorn's: route templates, status, timing, never headers.
     config = uvicorn.Config(
         create_app(state),
         host=host,
         port=port,
         log_level="info",
         timeout_graceful_shutdown=GRACE_SECONDS,
-        access_log=True,
+        access_log=False,
     )
     _DrainingServer(config, state).run()

@@ -33,6 +33,7 @@ from gymsandbox.broker.models import (
     LeaseRequest,
     RenewRequest,
 )
+from gymsandbox.broker.telemetry import Telemetry
 from gymsandbox.desired.names import child_name
 from gymsandbox.desired.owner import Manifest
 from gymsandbox.desired.pod import EPISODE_CONTAINER_NAME
@@ -61,6 +62,7 @@ class BrokerState:
     settings: BrokerSettings
     closed: OrderedDict[tuple[str, str], None] = field(default_factory=OrderedDict)
     shutting_down: bool = False
+    in_flight: int = 0  # requests being served, for a graceful stop
 
     def remember_closed(self, namespace: str, name: str) -> None:
         self.closed[(namespace, name)] = None
@@ -105,6 +107,7 @@ class BrokerService:
 
     def __init__(self, state: BrokerState) -> None:
         self.state = state
+        self.telemetry = Telemetry()
 
     async def caller(self, authorization: str | None) -> Caller:
         return await run_in_threadpool(authenticate, authorization, self.state.backend, self.state.key)
@@ -232,6 +235,7 @@ class BrokerService:
             timeout=body.timeout_seconds,
             max_output=body.max_output_bytes,
         )
+        self.telemetry.observe_exec(outcome.exit_code, outcome.duration_seconds)
         return ExecResult(
             exit_code=outcome.exit_code,
             stdout=outcome.stdout.decode(errors="replace"),

@@ -1,0 +1,768 @@
+#!/usr/bin/env python3
+"""Broker exec benchmark: concurrent execs through the episode broker, against direct pods/exec.
+
+    python bench/broker.py [--episodes 20] [--execs 200] [--concurrency 200] [--keep]
+
+Set-up: a fresh namespace `bench-broker-XXXXXX` with the sample PVC and GymHost (episodes.maxConcurrent =
+the number of episodes), its own `gymsandbox operator --namespace bench-broker-XXXXXX` and its own
+`gymsandbox broker --listen 127.0.0.1:PORT`. The episodes are created through the broker (POST /v1/episodes
+with the host's lease token from Secret `swe-gym-run-1-lease`); once all are Ready, kwok is told to run
+each episode pod's execs as local processes (`hack/cluster.py` enable_exec; local control plane only).
+Each pod then gets one untimed exec by each path (so neither phase pays for kwok picking up its Exec
+object) and one timed exec by each path, one at a time ("sequential").
+
+Broker phase: EXECS execs of `echo ok` (EXECS / EPISODES per episode) as POST /v1/episodes/{id}/exec,
+started together from a pool of CONCURRENCY threads sharing one httpx.Client (as many connections as
+threads); an exec fails on a transport error, an HTTP status other than 200, exitCode != 0 or stdout
+other than "ok\\n". Direct phase: the same execs on the same pods with the kubernetes client's
+`stream(connect_get_namespaced_pod_exec, ...)` from the same kind of thread pool, each thread with an
+ApiClient of its own (the client's stream() swaps a method on the ApiClient it is given while it
+connects, so sharing one across threads is unsafe). The broker runs commands as
+`timeout -s KILL 31 ARGV` (its default 30 s deadline), so the direct phase runs exactly that argv.
+
+Reported, never asserted: per-exec latency p50/p90/p99/max (client side, nearest rank), wall time (first
+exec sent to last answer) and errors for both phases with ratios broker/direct; the broker's own view of
+the time spent in pods/exec (`durationSeconds`); the sequential p50 of each path. The last line is the
+same as JSON.
+
+Uses the cluster KUBECONFIG names, else the local control plane (`hack/cluster.py up`, reused if it runs;
+never stopped here). Every wait is bounded; traffic is loopback only. Episodes are closed, the GymHost and
+the namespace deleted, and the broker and operator stopped at the end (the namespace is kept with --keep).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import importlib.util
+import json
+import math
+import os
+import queue
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import httpx
+import yaml
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.stream import stream
+from kubernetes.stream.ws_client import ERROR_CHANNEL
+
+from gymsandbox.desired.pod import EPISODE_CONTAINER_NAME
+
+ROOT = Path(__file__).resolve().parent.parent
+GROUP, VERSION, PLURAL = "gymsandbox.dev", "v1alpha1", "episodesandboxes"
+HOST = "swe-gym-run-1"
+IMAGE = "registry.example.com/episodes/python-sandbox:3.12"
+OPERATOR_NAMESPACE = "gymsandbox-system"
+NAMESPACE_PREFIX = "bench-broker"
+RESTRICTED = {
+    "pod-security.kubernetes.io/enforce": "restricted",
+    "pod-security.kubernetes.io/enforce-version": "latest",
+}
+BENCH_LABEL = "gymsandbox.dev/bench"
+ARGV = ["echo", "ok"]
+EXPECTED_STDOUT = "ok\n"
+EXEC_TIMEOUT = 30  # the broker's default timeoutSeconds; it runs argv as `timeout -s KILL 31 ...`
+DIRECT_ARGV = ["timeout", "-s", "KILL", str(math.ceil(EXEC_TIMEOUT) + 1), *ARGV]
+CLIENT_TIMEOUT = 120.0  # one exec, either path, client side
+
+
+def log(message: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------------------------- cluster
+
+
+def load_cluster_script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("gymsandbox_hack_cluster", ROOT / "hack" / "cluster.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@dataclass(frozen=True)
+class Cluster:
+    kubeconfig: Path
+    kubectl: Path
+    script: ModuleType
+    local: bool  # the local control plane from hack/cluster.py: kwok runs execs once told to
+
+    def kubectl_run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(self.kubectl), f"--kubeconfig={self.kubeconfig}", *args],
+            capture_output=True,
+            text=True,
+            check=check,
+            timeout=120,
+        )
+
+    @property
+    def paths(self) -> Any:
+        return self.script.Paths(self.script.STATE_DIR)
+
+    def enable_exec(self, namespace: str, pod: str) -> None:
+        self.script.enable_exec(self.paths, namespace, pod)
+
+    def forget_exec_dirs(self, namespace: str) -> None:
+        """The per-pod directories enable_exec made for this run's namespace (and only those)."""
+        if self.local and namespace.startswith(f"{NAMESPACE_PREFIX}-"):
+            shutil.rmtree(Path(self.paths.exec) / namespace, ignore_errors=True)
+
+
+def find_cluster() -> Cluster:
+    """KUBECONFIG's cluster if set, else the local control plane (started if it is not running)."""
+    script = load_cluster_script()
+    tools: dict[str, Path] = script.binaries()
+    if os.environ.get("KUBECONFIG"):
+        return Cluster(Path(os.environ["KUBECONFIG"]), tools["kubectl"], script, local=False)
+    paths = script.Paths(script.STATE_DIR)
+    script.up(paths)  # reuses a running one
+    return Cluster(paths.kubeconfig, tools["kubectl"], script, local=True)
+
+
+def install_crds(cluster: Cluster, core: client.CoreV1Api) -> None:
+    cluster.kubectl_run("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
+    cluster.kubectl_run("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+    with contextlib.suppress(ApiException):  # 409: it exists (it holds the signing key)
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=OPERATOR_NAMESPACE)))
+
+
+def new_client(kubeconfig: Path) -> client.ApiClient:
+    api: client.ApiClient = config.new_client_from_config(  # type: ignore[no-untyped-call]
+        config_file=str(kubeconfig)
+    )
+    return api
+
+
+def plain(api: client.ApiClient, obj: object) -> dict[str, Any]:
+    """A client model (or a dict) as the API's JSON: camelCase keys, no None values."""
+    body: dict[str, Any] = api.sanitize_for_serialization(obj)  # type: ignore[no-untyped-call]
+    return body
+
+
+def create_namespace(core: client.CoreV1Api) -> str:
+    name = f"{NAMESPACE_PREFIX}-{secrets.token_hex(3)}"
+    labels = {**RESTRICTED, BENCH_LABEL: "true"}
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels=labels)))
+    return name
+
+
+def delete_namespace(core: client.CoreV1Api, name: str, timeout: float) -> bool:
+    """Delete and wait until it is gone; False if it is still there at the deadline."""
+    try:
+        core.delete_namespace(name)
+    except ApiException as e:
+        if e.status == 404:
+            return True
+        raise
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            core.read_namespace(name)
+        except ApiException as e:
+            if e.status == 404:
+                return True
+            raise
+        time.sleep(0.5)
+    return False
+
+
+def delete_host(api: client.ApiClient, namespace: str, timeout: float) -> bool:
+    """Delete the GymHost and wait until it is gone (its finalizer released); False at the deadline."""
+    custom = client.CustomObjectsApi(api)
+    deadline = time.monotonic() + timeout
+    try:
+        custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, "gymhosts", HOST)
+        while time.monotonic() < deadline:
+            custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "gymhosts", HOST)
+            time.sleep(0.5)
+    except ApiException as e:
+        if e.status == 404:
+            return True
+        raise
+    return False
+
+
+def ready_reason(obj: dict[str, Any]) -> tuple[bool, str]:
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    ready: dict[str, Any] = next((c for c in conditions if c.get("type") == "Ready"), {})
+    return ready.get("status") == "True", str(ready.get("reason") or "NoStatusYet")
+
+
+def write_policy(directory: Path, episodes: int) -> Path:
+    """The sample policy, with room for all the episodes on one host."""
+    policy = yaml.safe_load((ROOT / "examples" / "policy.yaml").read_text())
+    caps = policy.setdefault("caps", {})
+    caps["maxEpisodesPerHost"] = max(episodes, int(caps.get("maxEpisodesPerHost") or 0))
+    path = directory / "policy.yaml"
+    path.write_text(yaml.safe_dump(policy))
+    return path
+
+
+def create_host(api: client.ApiClient, namespace: str, episodes: int, timeout: float) -> None:
+    """The sample PVC and GymHost with episodes.maxConcurrent = episodes; returns once the host is Ready."""
+    claim, host = yaml.safe_load_all((ROOT / "examples" / "gymhost.yaml").read_text())
+    host["spec"]["episodes"]["maxConcurrent"] = episodes
+    client.CoreV1Api(api).create_namespaced_persistent_volume_claim(namespace, claim)
+    custom = client.CustomObjectsApi(api)
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "gymhosts", host)
+    deadline, reason = time.monotonic() + timeout, "NoStatusYet"
+    while time.monotonic() < deadline:
+        obj = plain(api, custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "gymhosts", HOST))
+        ready, reason = ready_reason(obj)
+        if ready:
+            return
+        time.sleep(0.5)
+    raise TimeoutError(f"GymHost {HOST} not Ready after {timeout:.0f} s (last reason {reason})")
+
+
+def host_token(core: client.CoreV1Api, namespace: str) -> str:
+    secret = core.read_namespaced_secret(f"{HOST}-lease", namespace)
+    return base64.b64decode(secret.data["token"]).decode()
+
+
+def wait_episodes_ready(
+    api: client.ApiClient, namespace: str, ids: list[str], timeout: float
+) -> dict[str, str]:
+    """Episode id -> pod name, once every episode is Ready; TimeoutError (with the reasons) otherwise."""
+    custom = client.CustomObjectsApi(api)
+    deadline, reasons = time.monotonic() + timeout, {}
+    while time.monotonic() < deadline:
+        listed = plain(api, custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL))
+        pods: dict[str, str] = {}
+        for item in listed["items"]:
+            name = item["metadata"]["name"]
+            ready, reasons[name] = ready_reason(item)
+            pod = (item.get("status") or {}).get("podName")
+            if ready and pod:
+                pods[name] = str(pod)
+        if all(i in pods for i in ids):
+            return {i: pods[i] for i in ids}
+        time.sleep(0.5)
+    missing = Counter(reasons.get(i, "NeverSeen") for i in ids if i not in pods)
+    raise TimeoutError(f"episodes not Ready after {timeout:.0f} s, by last reason: {dict(missing)}")
+
+
+# ---------------------------------------------------------------------------------------------- processes
+
+
+@dataclass
+class Child:
+    """A `gymsandbox` subprocess started here, logging to a file; stopped by its own PID only."""
+
+    name: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    @classmethod
+    def launch(cls, name: str, argv: list[str], kubeconfig: Path, log_path: Path) -> Child:
+        env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+        with log_path.open("ab") as out:
+            process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
+        log(f"{name} pid {process.pid}, log {log_path}")
+        return cls(name, process, log_path)
+
+    def text(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_for(self, ready: Callable[[], bool], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not ready():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"the {self.name} did not start:\n{self.text()[-3000:]}")
+            time.sleep(0.2)
+
+    def stop(self, grace: float = 40) -> None:
+        if self.process.poll() is None:
+            log(f"stopping the {self.name} (pid {self.process.pid})")
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=20)
+
+
+def gymsandbox_cli() -> str:
+    return str(Path(sys.executable).parent / "gymsandbox")
+
+
+def start_operator(cluster: Cluster, policy: Path, namespace: str, workdir: Path) -> Child:
+    argv = [gymsandbox_cli(), "operator", "--policy", str(policy), "--namespace", namespace]
+    argv += ["--operator-namespace", OPERATOR_NAMESPACE]
+    operator = Child.launch("operator", argv, cluster.kubeconfig, workdir / "operator.log")
+    wanted = ("Starting the watch-stream for gymhosts", f"Starting the watch-stream for {PLURAL}")
+    operator.wait_for(lambda: all(w in operator.text() for w in wanted), timeout=60)
+    return operator
+
+
+def start_broker(cluster: Cluster, policy: Path, workdir: Path) -> tuple[Child, str]:
+    port = cluster.script.free_port()
+    argv = [gymsandbox_cli(), "broker", "--policy", str(policy)]
+    argv += ["--operator-namespace", OPERATOR_NAMESPACE, "--listen", f"127.0.0.1:{port}"]
+    broker = Child.launch("broker", argv, cluster.kubeconfig, workdir / "broker.log")
+    url = f"http://127.0.0.1:{port}"
+
+    def healthy() -> bool:
+        try:
+            return httpx.get(f"{url}/healthz", timeout=1).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    broker.wait_for(healthy, timeout=30)
+    return broker, url
+
+
+# ---------------------------------------------------------------------------------------------- execs
+
+
+@dataclass(frozen=True)
+class Sample:
+    latency: float  # seconds, client side
+    error: str | None = None
+    backend_seconds: float | None = None  # the broker's durationSeconds (time in pods/exec)
+
+
+def auth(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def broker_exec(http: httpx.Client, token: str, episode_id: str) -> Sample:
+    started = time.monotonic()
+    try:
+        answer = http.post(
+            f"/v1/episodes/{episode_id}/exec",
+            json={"argv": ARGV, "timeoutSeconds": EXEC_TIMEOUT},
+            headers=auth(token),
+        )
+    except httpx.HTTPError as e:
+        return Sample(time.monotonic() - started, f"transport: {type(e).__name__}")
+    latency = time.monotonic() - started
+    if answer.status_code != 200:
+        try:
+            code = answer.json().get("code")
+        except ValueError:
+            code = "not JSON"
+        return Sample(latency, f"HTTP {answer.status_code} {code}")
+    body = answer.json()
+    backend = body.get("durationSeconds")
+    if body.get("exitCode") != 0:
+        return Sample(latency, f"exitCode {body.get('exitCode')}", backend)
+    if body.get("stdout") != EXPECTED_STDOUT:
+        return Sample(latency, f"stdout {body.get('stdout')!r:.40}", backend)
+    return Sample(latency, None, backend)
+
+
+def direct_exec(core: client.CoreV1Api, namespace: str, pod: str) -> Sample:
+    """pods/exec through the API server, read the way the broker's backend reads it."""
+    started = time.monotonic()
+    deadline = started + EXEC_TIMEOUT
+    try:
+        ws = stream(
+            core.connect_get_namespaced_pod_exec,
+            pod,
+            namespace,
+            command=DIRECT_ARGV,
+            container=EPISODE_CONTAINER_NAME,
+            stdin=False,
+            stdout=True,
+            stderr=True,
+            tty=False,
+            _preload_content=False,
+            binary=True,
+        )
+    except (ApiException, OSError, ValueError) as e:
+        return Sample(time.monotonic() - started, f"connect: {type(e).__name__} {getattr(e, 'status', '')}")
+    stdout = bytearray()
+    try:
+        while ws.is_open():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return Sample(time.monotonic() - started, "timed out")
+            ws.update(timeout=min(remaining, 0.5))
+            if ws.peek_stdout():
+                stdout += ws.read_stdout()
+            if ws.peek_stderr():
+                ws.read_stderr()
+        raw = ws.read_channel(ERROR_CHANNEL)
+    except (OSError, ValueError) as e:
+        return Sample(time.monotonic() - started, f"stream: {type(e).__name__}")
+    finally:
+        ws.close()
+    latency = time.monotonic() - started
+    try:
+        status = json.loads(raw) if raw else {}
+    except ValueError:
+        status = {}
+    if status.get("status") != "Success":
+        return Sample(latency, f"status {str(status.get('message') or 'missing')[:60]}")
+    if stdout.decode(errors="replace") != EXPECTED_STDOUT:
+        return Sample(latency, f"stdout {bytes(stdout)!r:.40}")
+    return Sample(latency)
+
+
+@dataclass
+class PhaseResult:
+    samples: list[Sample]
+    wall: float
+    unfinished: int = 0
+
+    @property
+    def latencies(self) -> list[float]:
+        return sorted(s.latency for s in self.samples)
+
+    @property
+    def errors(self) -> Counter[str]:
+        found = Counter(s.error for s in self.samples if s.error)
+        if self.unfinished:
+            found["no answer by the phase deadline"] += self.unfinished
+        return found
+
+    @property
+    def error_count(self) -> int:
+        return sum(self.errors.values())
+
+    def percentile(self, p: float, values: list[float] | None = None) -> float | None:
+        values = self.latencies if values is None else sorted(values)
+        if not values:
+            return None
+        return values[max(0, math.ceil(p / 100 * len(values)) - 1)]
+
+    @property
+    def backend(self) -> list[float]:
+        return [s.backend_seconds for s in self.samples if s.backend_seconds is not None]
+
+
+def run_concurrently(
+    tasks: list[Callable[[int], Sample]], concurrency: int, timeout: float
+) -> PhaseResult:
+    """Run every task on a pool of `concurrency` daemon threads, all released at once; each task gets its
+    worker's index. Returns within `timeout` (a task still running then counts as unfinished)."""
+    work: queue.SimpleQueue[Callable[[int], Sample]] = queue.SimpleQueue()
+    for task in tasks:
+        work.put(task)
+    samples: list[Sample] = []
+    lock, go = threading.Lock(), threading.Event()
+    finished_at: list[float] = []
+
+    def worker(index: int) -> None:
+        go.wait()
+        while True:
+            try:
+                task = work.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                sample = task(index)
+            except Exception as e:  # reported as an error of this exec
+                sample = Sample(0.0, f"raised {type(e).__name__}")
+            with lock:
+                samples.append(sample)
+                finished_at.append(time.monotonic())
+
+    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(concurrency)]
+    for thread in threads:
+        thread.start()
+    started = time.monotonic()
+    go.set()
+    deadline = started + timeout
+    for thread in threads:
+        thread.join(timeout=max(0.0, deadline - time.monotonic()))
+    with lock:
+        done = list(samples)
+        wall = (max(finished_at) if finished_at else time.monotonic()) - started
+    return PhaseResult(done, wall, unfinished=len(tasks) - len(done))
+
+
+def sequential(task: Callable[[str], Sample], ids: list[str]) -> list[Sample]:
+    return [task(i) for i in ids]
+
+
+def warm_up(task: Callable[[str], Sample], ids: list[str], what: str, timeout: float) -> None:
+    """One successful exec per episode (kwok needs a moment to pick up each Exec object); bounded."""
+    deadline = time.monotonic() + timeout
+    pending = list(ids)
+    last: dict[str, str | None] = {}
+    while pending and time.monotonic() < deadline:
+        for episode_id in list(pending):
+            sample = task(episode_id)
+            last[episode_id] = sample.error
+            if sample.error is None:
+                pending.remove(episode_id)
+        if pending:
+            time.sleep(0.5)
+    if pending:
+        errors = Counter(str(last.get(i)) for i in pending)
+        raise RuntimeError(f"{what}: {len(pending)} episodes never ran `echo ok`: {dict(errors)}")
+
+
+# ---------------------------------------------------------------------------------------------- report
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def fmt(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def median(values: list[float]) -> float | None:
+    return PhaseResult([], 0).percentile(50, values) if values else None
+
+
+def report(args: argparse.Namespace, broker: PhaseResult, direct: PhaseResult, seq: dict[str, Any]) -> None:
+    rows: list[tuple[str, str, float | None, float | None]] = [
+        (f"p{p}_s", f"p{p} exec latency (s)", broker.percentile(p), direct.percentile(p)) for p in (50, 90, 99)
+    ]
+    rows.append(("max_s", "max exec latency (s)", broker.percentile(100), direct.percentile(100)))
+    rows.append(("wall_s", "wall, first sent to last answer (s)", broker.wall, direct.wall))
+    rows.append(("errors", "errors", float(broker.error_count), float(direct.error_count)))
+    rows.append(("sequential_p50_s", "sequential p50, one at a time (s)", seq["broker"], seq["direct"]))
+    print()
+    print(
+        f"{args.execs} execs of {' '.join(ARGV)!r} across {args.episodes} episodes, "
+        f"{args.concurrency} client threads per phase (broker phase first)"
+    )
+    print(f"{'metric':<40} {'broker':>10} {'direct':>10} {'ratio':>8}")
+    for key, label, a, b in rows:
+        digits = 0 if key == "errors" else 3
+        print(f"{label:<40} {fmt(a, digits):>10} {fmt(b, digits):>10} {fmt(ratio(a, b), 2):>8}")
+    backend = broker.backend
+    print(
+        f"{'broker-side pods/exec time p50/p99 (s)':<40} "
+        f"{fmt(broker.percentile(50, backend)):>10} {fmt(broker.percentile(99, backend)):>10}"
+    )
+    for label, phase in (("broker", broker), ("direct", direct)):
+        if phase.errors:
+            print(f"{label} errors: {dict(phase.errors)}")
+    summary: dict[str, Any] = {
+        "episodes": args.episodes,
+        "execs": args.execs,
+        "concurrency": args.concurrency,
+        "answered": {"broker": len(broker.samples), "direct": len(direct.samples)},
+        "errors_by_kind": {"broker": dict(broker.errors), "direct": dict(direct.errors)},
+        "broker_backend_p50_s": broker.percentile(50, backend),
+        "broker_backend_p99_s": broker.percentile(99, backend),
+    }
+    for key, _, a, b in rows:
+        summary[key] = {"broker": a, "direct": b, "ratio": ratio(a, b)}
+    print()
+    print(json.dumps(summary, sort_keys=True))
+
+
+# ---------------------------------------------------------------------------------------------- main
+
+
+@dataclass
+class Run:
+    args: argparse.Namespace
+    cluster: Cluster
+    api: client.ApiClient
+    workdir: Path
+    namespace: str | None = None
+    operator: Child | None = None
+    broker: Child | None = None
+    url: str = ""
+    token: str = ""
+    episodes: list[str] = field(default_factory=list)
+
+    @property
+    def core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(self.api)
+
+    def http(self, connections: int = 10) -> httpx.Client:
+        limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
+        return httpx.Client(base_url=self.url, timeout=CLIENT_TIMEOUT, limits=limits)
+
+    def close_episodes(self) -> None:
+        if not (self.episodes and self.broker and self.broker.process.poll() is None):
+            return
+        answers: Counter[str] = Counter()
+        with self.http() as http:
+            for episode_id in self.episodes:
+                try:
+                    answers[str(http.delete(f"/v1/episodes/{episode_id}", headers=auth(self.token)))] += 1
+                except httpx.HTTPError as e:
+                    answers[type(e).__name__] += 1
+        log(f"closed {len(self.episodes)} episodes through the broker: {dict(answers)}")
+        self.episodes.clear()
+
+    def clean_up(self) -> None:
+        self.close_episodes()
+        namespace = self.namespace
+        if namespace is not None and not self.args.keep:
+            if self.operator is not None and self.operator.process.poll() is None:
+                # The GymHost first, while the operator runs: it holds the host's finalizer.
+                log(f"deleting GymHost {HOST} (and through it any episode left) in {namespace}")
+                if not delete_host(self.api, namespace, timeout=180):
+                    log(f"GymHost {HOST} in {namespace} is still there after 180 s")
+            log(f"deleting namespace {namespace}")
+            if not delete_namespace(self.core, namespace, timeout=180):
+                log(f"namespace {namespace} is still terminating after 180 s; left to the API server")
+            self.cluster.forget_exec_dirs(namespace)
+            self.namespace = None
+        for child in (self.broker, self.operator):
+            if child is not None:
+                child.stop()
+        self.broker = self.operator = None
+
+
+def set_up(run: Run) -> dict[str, str]:
+    """Namespace, operator, broker, host, episodes (through the broker); returns episode id -> pod."""
+    args = run.args
+    run.namespace = namespace = create_namespace(run.core)
+    log(f"namespace {namespace}")
+    policy = write_policy(run.workdir, args.episodes)
+    run.operator = start_operator(run.cluster, policy, namespace, run.workdir)
+    run.broker, run.url = start_broker(run.cluster, policy, run.workdir)
+    create_host(run.api, namespace, args.episodes, timeout=120)
+    run.token = host_token(run.core, namespace)
+    log(f"GymHost Ready; creating {args.episodes} episodes through the broker at {run.url}")
+    with run.http() as http:
+        for _ in range(args.episodes):
+            answer = http.post(
+                "/v1/episodes", json={"rolloutId": "bench", "image": IMAGE}, headers=auth(run.token)
+            )
+            if answer.status_code != 201:
+                raise RuntimeError(f"POST /v1/episodes answered {answer.status_code}: {answer.text[:500]}")
+            run.episodes.append(str(answer.json()["id"]))
+    pods = wait_episodes_ready(run.api, namespace, run.episodes, timeout=args.ready_timeout)
+    log(f"all {len(pods)} episodes Ready")
+    if run.cluster.local:
+        for pod in pods.values():
+            run.cluster.enable_exec(namespace, pod)
+        log("kwok exec enabled for every episode pod")
+    return pods
+
+
+def measure(run: Run, pods: dict[str, str]) -> None:
+    args, namespace, ids = run.args, run.namespace, list(pods)
+    assert namespace is not None
+    per_episode = [ids[i % len(ids)] for i in range(args.execs)]  # execs / episodes each, round robin
+    configuration = client.Configuration()
+    config.load_kube_config(  # type: ignore[no-untyped-call]
+        config_file=str(run.cluster.kubeconfig), client_configuration=configuration
+    )
+    api_clients = [client.ApiClient(configuration) for _ in range(args.concurrency)]
+    cores = [client.CoreV1Api(api) for api in api_clients]
+    try:
+        with run.http(connections=args.concurrency) as http:
+
+            def via_broker(episode_id: str) -> Sample:
+                return broker_exec(http, run.token, episode_id)
+
+            def via_api(episode_id: str) -> Sample:
+                return direct_exec(cores[0], namespace, pods[episode_id])
+
+            warm_up(via_broker, ids, "broker warm-up", timeout=60)
+            warm_up(via_api, ids, "direct warm-up", timeout=60)
+            seq = {
+                "broker": median([s.latency for s in sequential(via_broker, ids)]),
+                "direct": median([s.latency for s in sequential(via_api, ids)]),
+            }
+            log(f"warm-up done; broker phase: {args.execs} execs, {args.concurrency} threads")
+            broker = run_concurrently(
+                [lambda _, e=e: broker_exec(http, run.token, e) for e in per_episode],
+                args.concurrency,
+                args.phase_timeout,
+            )
+        log(f"broker phase: {len(broker.samples)} answered, {broker.error_count} errors")
+        if broker.error_count:
+            show_broker_problems(run)
+        log(f"direct phase: {args.execs} execs, {args.concurrency} threads")
+        direct = run_concurrently(
+            [lambda worker, e=e: direct_exec(cores[worker], namespace, pods[e]) for e in per_episode],
+            args.concurrency,
+            args.phase_timeout,
+        )
+        log(f"direct phase: {len(direct.samples)} answered, {direct.error_count} errors")
+    finally:
+        for api in api_clients:
+            api.close()
+    report(args, broker, direct, seq)
+
+
+def show_broker_problems(run: Run) -> None:
+    if run.broker is None:
+        return
+    lines = [
+        line
+        for line in run.broker.text().splitlines()
+        if "ERROR" in line or "WARNING" in line or "Traceback" in line
+    ]
+    shown = "\n".join(line[:400] for line in lines[-15:])
+    log(f"the broker logged {len(lines)} error/warning lines; the last ones:\n{shown}")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--episodes", type=int, default=20, help="episodes (default 20)")
+    parser.add_argument("--execs", type=int, default=200, help="execs per phase (default 200)")
+    parser.add_argument(
+        "--concurrency", type=int, default=200, help="client threads per phase (default 200: all at once)"
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the namespace and the logs")
+    parser.add_argument("--ready-timeout", type=float, default=180, help="episodes Ready within (180 s)")
+    parser.add_argument("--phase-timeout", type=float, default=300, help="per-phase limit (300 s)")
+    args = parser.parse_args(argv)
+    if not 1 <= args.episodes <= 1000:
+        parser.error("--episodes must be between 1 and 1000 (the CRD's maxConcurrent bound)")
+    if args.execs < 1 or args.concurrency < 1:
+        parser.error("--execs and --concurrency must be positive")
+    return args
+
+
+@contextlib.contextmanager
+def workdir(keep: bool) -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="gymsandbox-bench-broker-"))
+    try:
+        yield path
+    finally:
+        if keep:
+            log(f"kept {path}")
+        else:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    cluster = find_cluster()
+    api = new_client(cluster.kubeconfig)
+    with workdir(args.keep) as directory:
+        run = Run(args, cluster, api, directory)
+        install_crds(cluster, run.core)
+        try:
+            pods = set_up(run)
+            measure(run, pods)
+        finally:
+            if args.keep and run.namespace:
+                log(f"kept namespace {run.namespace}; its GymHost keeps its finalizer until an operator runs")
+            run.clean_up()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
