@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 CLUSTER := $(PY) hack/cluster.py
 
-.PHONY: help venv binaries cluster-up cluster-down lint unit integration test run crds bench
+.PHONY: help venv binaries cluster-up cluster-down lint unit integration test run crds bench bench-broker
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -54,3 +54,6 @@ run: venv binaries ## the main job: the operator (and the sample GymHost) on KUB
 
 bench: venv binaries ## N episodes (default 200) vs a plain-client baseline: latency, writes, RSS as ratios
 	$(PY) bench/episodes.py -n $(or $(N),200)
+
+bench-broker: venv binaries ## 200 concurrent execs over 20 episodes: broker vs direct pods/exec, as ratios
+	$(PY) bench/broker.py

@@ -236,8 +236,8 @@ def create_host(api: client.ApiClient, namespace: str, episodes: int, timeout: f
 
 
 def host_token(core: client.CoreV1Api, namespace: str) -> str:
-    secret = core.read_namespaced_secret(f"{HOST}-lease", namespace)
-    return base64.b64decode(secret.data["token"]).decode()
+    data = core.read_namespaced_secret(f"{HOST}-lease", namespace).data or {}
+    return base64.b64decode(data["token"]).decode()
 
 
 def wait_episodes_ready(
@@ -309,7 +309,7 @@ def gymsandbox_cli() -> str:
 
 def start_operator(cluster: Cluster, policy: Path, namespace: str, workdir: Path) -> Child:
     argv = [gymsandbox_cli(), "operator", "--policy", str(policy), "--namespace", namespace]
-    argv += ["--operator-namespace", OPERATOR_NAMESPACE]
+    argv += ["--operator-namespace", OPERATOR_NAMESPACE, "--verbose"]  # it logs the watch-streams starting
     operator = Child.launch("operator", argv, cluster.kubeconfig, workdir / "operator.log")
     wanted = ("Starting the watch-stream for gymhosts", f"Starting the watch-stream for {PLURAL}")
     operator.wait_for(lambda: all(w in operator.text() for w in wanted), timeout=60)
@@ -421,6 +421,13 @@ def direct_exec(core: client.CoreV1Api, namespace: str, pod: str) -> Sample:
     return Sample(latency)
 
 
+def nearest_rank(values: list[float], p: float) -> float | None:
+    ordered = sorted(values)
+    if not ordered:
+        return None
+    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
+
+
 @dataclass
 class PhaseResult:
     samples: list[Sample]
@@ -442,11 +449,8 @@ class PhaseResult:
     def error_count(self) -> int:
         return sum(self.errors.values())
 
-    def percentile(self, p: float, values: list[float] | None = None) -> float | None:
-        values = self.latencies if values is None else sorted(values)
-        if not values:
-            return None
-        return values[max(0, math.ceil(p / 100 * len(values)) - 1)]
+    def percentile(self, p: float) -> float | None:
+        return nearest_rank(self.latencies, p)
 
     @property
     def backend(self) -> list[float]:
@@ -454,13 +458,13 @@ class PhaseResult:
 
 
 def run_concurrently(
-    tasks: list[Callable[[int], Sample]], concurrency: int, timeout: float
+    call: Callable[[int, str], Sample], episode_ids: list[str], concurrency: int, timeout: float
 ) -> PhaseResult:
-    """Run every task on a pool of `concurrency` daemon threads, all released at once; each task gets its
-    worker's index. Returns within `timeout` (a task still running then counts as unfinished)."""
-    work: queue.SimpleQueue[Callable[[int], Sample]] = queue.SimpleQueue()
-    for task in tasks:
-        work.put(task)
+    """call(worker index, episode id) for every id, on a pool of `concurrency` daemon threads released at
+    once. Returns within `timeout` (an exec still running then counts as unfinished)."""
+    work: queue.SimpleQueue[str] = queue.SimpleQueue()
+    for episode_id in episode_ids:
+        work.put(episode_id)
     samples: list[Sample] = []
     lock, go = threading.Lock(), threading.Event()
     finished_at: list[float] = []
@@ -469,11 +473,11 @@ def run_concurrently(
         go.wait()
         while True:
             try:
-                task = work.get_nowait()
+                episode_id = work.get_nowait()
             except queue.Empty:
                 return
             try:
-                sample = task(index)
+                sample = call(index, episode_id)
             except Exception as e:  # reported as an error of this exec
                 sample = Sample(0.0, f"raised {type(e).__name__}")
             with lock:
@@ -491,11 +495,7 @@ def run_concurrently(
     with lock:
         done = list(samples)
         wall = (max(finished_at) if finished_at else time.monotonic()) - started
-    return PhaseResult(done, wall, unfinished=len(tasks) - len(done))
-
-
-def sequential(task: Callable[[str], Sample], ids: list[str]) -> list[Sample]:
-    return [task(i) for i in ids]
+    return PhaseResult(done, wall, unfinished=len(episode_ids) - len(done))
 
 
 def warm_up(task: Callable[[str], Sample], ids: list[str], what: str, timeout: float) -> None:
@@ -527,13 +527,10 @@ def fmt(value: float | None, digits: int = 3) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def median(values: list[float]) -> float | None:
-    return PhaseResult([], 0).percentile(50, values) if values else None
-
-
 def report(args: argparse.Namespace, broker: PhaseResult, direct: PhaseResult, seq: dict[str, Any]) -> None:
     rows: list[tuple[str, str, float | None, float | None]] = [
-        (f"p{p}_s", f"p{p} exec latency (s)", broker.percentile(p), direct.percentile(p)) for p in (50, 90, 99)
+        (f"p{p}_s", f"p{p} exec latency (s)", broker.percentile(p), direct.percentile(p))
+        for p in (50, 90, 99)
     ]
     rows.append(("max_s", "max exec latency (s)", broker.percentile(100), direct.percentile(100)))
     rows.append(("wall_s", "wall, first sent to last answer (s)", broker.wall, direct.wall))
@@ -551,7 +548,7 @@ def report(args: argparse.Namespace, broker: PhaseResult, direct: PhaseResult, s
     backend = broker.backend
     print(
         f"{'broker-side pods/exec time p50/p99 (s)':<40} "
-        f"{fmt(broker.percentile(50, backend)):>10} {fmt(broker.percentile(99, backend)):>10}"
+        f"{fmt(nearest_rank(backend, 50)):>10} {fmt(nearest_rank(backend, 99)):>10}"
     )
     for label, phase in (("broker", broker), ("direct", direct)):
         if phase.errors:
@@ -562,8 +559,8 @@ def report(args: argparse.Namespace, broker: PhaseResult, direct: PhaseResult, s
         "concurrency": args.concurrency,
         "answered": {"broker": len(broker.samples), "direct": len(direct.samples)},
         "errors_by_kind": {"broker": dict(broker.errors), "direct": dict(direct.errors)},
-        "broker_backend_p50_s": broker.percentile(50, backend),
-        "broker_backend_p99_s": broker.percentile(99, backend),
+        "broker_backend_p50_s": nearest_rank(backend, 50),
+        "broker_backend_p99_s": nearest_rank(backend, 99),
     }
     for key, _, a, b in rows:
         summary[key] = {"broker": a, "direct": b, "ratio": ratio(a, b)}
@@ -596,7 +593,7 @@ class Run:
         return httpx.Client(base_url=self.url, timeout=CLIENT_TIMEOUT, limits=limits)
 
     def close_episodes(self) -> None:
-        if not (self.episodes and self.broker and self.broker.process.poll() is None):
+        if self.args.keep or not (self.episodes and self.broker and self.broker.process.poll() is None):
             return
         answers: Counter[str] = Counter()
         with self.http() as http:
@@ -678,12 +675,13 @@ def measure(run: Run, pods: dict[str, str]) -> None:
             warm_up(via_broker, ids, "broker warm-up", timeout=60)
             warm_up(via_api, ids, "direct warm-up", timeout=60)
             seq = {
-                "broker": median([s.latency for s in sequential(via_broker, ids)]),
-                "direct": median([s.latency for s in sequential(via_api, ids)]),
+                "broker": nearest_rank([via_broker(i).latency for i in ids], 50),
+                "direct": nearest_rank([via_api(i).latency for i in ids], 50),
             }
             log(f"warm-up done; broker phase: {args.execs} execs, {args.concurrency} threads")
             broker = run_concurrently(
-                [lambda _, e=e: broker_exec(http, run.token, e) for e in per_episode],
+                lambda _, episode_id: via_broker(episode_id),
+                per_episode,
                 args.concurrency,
                 args.phase_timeout,
             )
@@ -692,14 +690,15 @@ def measure(run: Run, pods: dict[str, str]) -> None:
             show_broker_problems(run)
         log(f"direct phase: {args.execs} execs, {args.concurrency} threads")
         direct = run_concurrently(
-            [lambda worker, e=e: direct_exec(cores[worker], namespace, pods[e]) for e in per_episode],
+            lambda worker, episode_id: direct_exec(cores[worker], namespace, pods[episode_id]),
+            per_episode,
             args.concurrency,
             args.phase_timeout,
         )
         log(f"direct phase: {len(direct.samples)} answered, {direct.error_count} errors")
     finally:
         for api in api_clients:
-            api.close()
+            api.close()  # type: ignore[no-untyped-call]
     report(args, broker, direct, seq)
 
 
