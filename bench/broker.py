@@ -20,10 +20,11 @@ ApiClient of its own (the client's stream() swaps a method on the ApiClient it i
 connects, so sharing one across threads is unsafe). The broker runs commands as
 `timeout -s KILL 31 ARGV` (its default 30 s deadline), so the direct phase runs exactly that argv.
 
-Reported, never asserted: per-exec latency p50/p90/p99/max (client side, nearest rank), wall time (first
-exec sent to last answer) and errors for both phases with ratios broker/direct; the broker's own view of
-the time spent in pods/exec (`durationSeconds`); the sequential p50 of each path. The last line is the
-same as JSON.
+Reported, never asserted: latency p50/p90/p99/max of the execs that succeeded (client side, nearest
+rank), wall time (first exec sent to last answer) and errors by kind for both phases, with ratios
+broker/direct; the broker's own view of the time spent in pods/exec (`durationSeconds`); the sequential
+p50 of each path. When the broker phase fails, the broker's exception lines and its first traceback are
+printed. The last line is the same as JSON.
 
 Uses the cluster KUBECONFIG names, else the local control plane (`hack/cluster.py up`, reused if it runs;
 never stopped here). Every wait is bounded; traffic is loopback only. Episodes are closed, the GymHost and
@@ -40,6 +41,7 @@ import json
 import math
 import os
 import queue
+import re
 import secrets
 import shutil
 import signal
@@ -80,6 +82,8 @@ EXPECTED_STDOUT = "ok\n"
 EXEC_TIMEOUT = 30  # the broker's default timeoutSeconds; it runs argv as `timeout -s KILL 31 ...`
 DIRECT_ARGV = ["timeout", "-s", "KILL", str(math.ceil(EXEC_TIMEOUT) + 1), *ARGV]
 CLIENT_TIMEOUT = 120.0  # one exec, either path, client side
+EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit)\b")  # the last line of a traceback
+LOG_RECORD_LINE = re.compile(r"^(\d{4}-\d\d-\d\d |INFO:|ERROR:|WARNING:)")
 
 
 def log(message: str) -> None:
@@ -120,7 +124,7 @@ class Cluster:
         return self.script.Paths(self.script.STATE_DIR)
 
     def enable_exec(self, namespace: str, pod: str) -> None:
-        self.script.enable_exec(self.paths, namespace, pod)
+        self.script.enable_exec(self.paths, namespace, pod)  # a kubectl failure raises with its message
 
     def forget_exec_dirs(self, namespace: str) -> None:
         """The per-pod directories enable_exec made for this run's namespace (and only those)."""
@@ -436,7 +440,8 @@ class PhaseResult:
 
     @property
     def latencies(self) -> list[float]:
-        return sorted(s.latency for s in self.samples)
+        """Of the execs that succeeded: a failure is counted under errors, not timed."""
+        return sorted(s.latency for s in self.samples if s.error is None)
 
     @property
     def errors(self) -> Counter[str]:
@@ -534,6 +539,7 @@ def report(args: argparse.Namespace, broker: PhaseResult, direct: PhaseResult, s
     ]
     rows.append(("max_s", "max exec latency (s)", broker.percentile(100), direct.percentile(100)))
     rows.append(("wall_s", "wall, first sent to last answer (s)", broker.wall, direct.wall))
+    rows.append(("ok", "execs OK (timed above)", float(len(broker.latencies)), float(len(direct.latencies))))
     rows.append(("errors", "errors", float(broker.error_count), float(direct.error_count)))
     rows.append(("sequential_p50_s", "sequential p50, one at a time (s)", seq["broker"], seq["direct"]))
     print()
@@ -543,7 +549,7 @@ def report(args: argparse.Namespace, broker: PhaseResult, direct: PhaseResult, s
     )
     print(f"{'metric':<40} {'broker':>10} {'direct':>10} {'ratio':>8}")
     for key, label, a, b in rows:
-        digits = 0 if key == "errors" else 3
+        digits = 0 if key in ("ok", "errors") else 3
         print(f"{label:<40} {fmt(a, digits):>10} {fmt(b, digits):>10} {fmt(ratio(a, b), 2):>8}")
     backend = broker.backend
     print(
@@ -553,6 +559,8 @@ def report(args: argparse.Namespace, broker: PhaseResult, direct: PhaseResult, s
     for label, phase in (("broker", broker), ("direct", direct)):
         if phase.errors:
             print(f"{label} errors: {dict(phase.errors)}")
+    if broker.error_count or direct.error_count:
+        print("NOTE: a phase had errors; its percentiles cover only the execs that succeeded.")
     summary: dict[str, Any] = {
         "episodes": args.episodes,
         "execs": args.execs,
@@ -647,8 +655,9 @@ def set_up(run: Run) -> dict[str, str]:
     pods = wait_episodes_ready(run.api, namespace, run.episodes, timeout=args.ready_timeout)
     log(f"all {len(pods)} episodes Ready")
     if run.cluster.local:
-        for pod in pods.values():
-            run.cluster.enable_exec(namespace, pod)
+        with stderr_to(run.workdir / "enable-exec.log"):  # each call logs finding the cached binaries
+            for pod in pods.values():
+                run.cluster.enable_exec(namespace, pod)
         log("kwok exec enabled for every episode pod")
     return pods
 
@@ -675,8 +684,8 @@ def measure(run: Run, pods: dict[str, str]) -> None:
             warm_up(via_broker, ids, "broker warm-up", timeout=60)
             warm_up(via_api, ids, "direct warm-up", timeout=60)
             seq = {
-                "broker": nearest_rank([via_broker(i).latency for i in ids], 50),
-                "direct": nearest_rank([via_api(i).latency for i in ids], 50),
+                "broker": nearest_rank([s.latency for s in map(via_broker, ids) if s.error is None], 50),
+                "direct": nearest_rank([s.latency for s in map(via_api, ids) if s.error is None], 50),
             }
             log(f"warm-up done; broker phase: {args.execs} execs, {args.concurrency} threads")
             broker = run_concurrently(
@@ -703,15 +712,27 @@ def measure(run: Run, pods: dict[str, str]) -> None:
 
 
 def show_broker_problems(run: Run) -> None:
+    """What the broker logged about its failures: exception lines by count, then its first traceback."""
     if run.broker is None:
         return
-    lines = [
-        line
-        for line in run.broker.text().splitlines()
-        if "ERROR" in line or "WARNING" in line or "Traceback" in line
-    ]
-    shown = "\n".join(line[:400] for line in lines[-15:])
-    log(f"the broker logged {len(lines)} error/warning lines; the last ones:\n{shown}")
+    lines = run.broker.text().splitlines()
+    exceptions = Counter(line[:200] for line in lines if EXCEPTION_LINE.match(line))
+    failures = sum(1 for line in lines if "backend failure" in line)
+    log(f"the broker logged {failures} 'backend failure' lines; exception lines by count:")
+    for line, count in exceptions.most_common(8):
+        print(f"  {count:5d}  {line}", file=sys.stderr)
+    if "Traceback (most recent call last):" in lines:
+        first = lines.index("Traceback (most recent call last):")
+        block = [lines[first]]
+        for line in lines[first + 1 : first + 1000]:
+            if LOG_RECORD_LINE.match(line):
+                break
+            block.append(line)
+        if len(block) > 60:  # the cause's head and the innermost frames of the last exception
+            block = [*block[:20], f"... ({len(block) - 60} lines) ...", *block[-40:]]
+        print(
+            "  the broker's first traceback:\n" + "\n".join(f"    {b[:300]}" for b in block), file=sys.stderr
+        )
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -732,6 +753,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.execs < 1 or args.concurrency < 1:
         parser.error("--execs and --concurrency must be positive")
     return args
+
+
+@contextlib.contextmanager
+def stderr_to(path: Path) -> Iterator[None]:
+    """Send file descriptor 2 (this process's and its children's stderr) to a file for a while."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with path.open("ab") as out:
+            os.dup2(out.fileno(), 2)
+            yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 @contextlib.contextmanager

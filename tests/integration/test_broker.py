@@ -446,3 +446,16 @@ def test_on_sigterm_in_flight_execs_finish_while_new_creates_get_503(
         assert "Traceback" not in draining.log.read_text()
     finally:
         draining.stop()
+
+
+def test_oversized_json_bodies_are_refused_and_the_broker_keeps_serving(
+    http: httpx.Client, host_token: str
+) -> None:
+    huge = {
+        "rolloutId": "r-1",
+        "image": EPISODE_IMAGE,
+        "env": [{"name": "A", "value": "x" * (2 * 1024 * 1024)}],
+    }
+    answer = http.post("/v1/episodes", json=huge, headers=auth(host_token))
+    assert (answer.status_code, answer.json()["code"]) == (413, "payload_too_large")
+    assert http.get("/healthz").status_code == 200

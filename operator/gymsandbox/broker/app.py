@@ -10,6 +10,7 @@ from typing import Annotated
 from fastapi import APIRouter, FastAPI, Header, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gymsandbox.broker.errors import BrokerError
 from gymsandbox.broker.models import (
@@ -27,6 +28,7 @@ from gymsandbox.broker.models import (
 from gymsandbox.broker.service import BrokerService, BrokerState
 
 log = logging.getLogger("gymsandbox.broker")
+JSON_BODY_LIMIT = 1024 * 1024  # every JSON call fits easily; only file transfers carry more
 
 Authorization = Annotated[str | None, Header()]
 RolloutId = Annotated[str | None, Header(alias="X-Rollout-Id", max_length=253)]
@@ -216,7 +218,43 @@ def create_app(state: BrokerState) -> FastAPI:
     app.include_router(router)
     app.middleware("http")(app.state.service.telemetry.middleware)
     app.middleware("http")(_count_in_flight)
+    app.add_middleware(BodyLimit, json_limit=JSON_BODY_LIMIT, upload_limit=state.settings.max_transfer_bytes)
     app.add_exception_handler(BrokerError, _broker_error)
     app.add_exception_handler(RequestValidationError, _invalid)
     app.add_exception_handler(Exception, _unexpected)
     return app
+
+
+class BodyLimit:
+    """ASGI middleware: a request body over the limit is refused with 413 as soon as it is declared or
+    streamed past the limit, before anything parses or buffers it whole."""
+
+    def __init__(self, app: ASGIApp, json_limit: int, upload_limit: int) -> None:
+        self.app, self.json_limit, self.upload_limit = app, json_limit, upload_limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit = self.upload_limit if scope["method"] == "PUT" else self.json_limit
+        declared = dict(scope.get("headers") or []).get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > limit:
+            await _too_large(limit)(scope, receive, send)
+            return
+        received = 0
+
+        async def counted() -> Message:
+            nonlocal received
+            message = await receive()
+            received += len(message.get("body", b""))
+            if received > limit:
+                raise BrokerError("payload_too_large", f"the request body is over the limit of {limit} bytes")
+            return message
+
+        await self.app(scope, counted, send)
+
+
+def _too_large(limit: int) -> JSONResponse:
+    return JSONResponse(
+        {"code": "payload_too_large", "message": f"the request body is over {limit} bytes"}, 413
+    )
