@@ -459,3 +459,20 @@ def test_oversized_json_bodies_are_refused_and_the_broker_keeps_serving(
     answer = http.post("/v1/episodes", json=huge, headers=auth(host_token))
     assert (answer.status_code, answer.json()["code"]) == (413, "payload_too_large")
     assert http.get("/healthz").status_code == 200
+
+
+def test_concurrent_execs_and_reads_do_not_disturb_each_other(
+    http: httpx.Client, host_token: str, sandbox: str
+) -> None:
+    def one(i: int) -> tuple[int, str]:
+        if i % 2:
+            return http.get(f"/v1/episodes/{sandbox}", headers=auth(host_token)).status_code, "read"
+        answer = http.post(
+            f"/v1/episodes/{sandbox}/exec", json={"argv": ["echo", str(i)]}, headers=auth(host_token)
+        )
+        return answer.status_code, answer.json()["stdout"] if answer.status_code == 200 else answer.text
+
+    with ThreadPoolExecutor(max_workers=32) as pool:
+        results = list(pool.map(one, range(64)))
+    assert all(status == 200 for status, _ in results), [r for r in results if r[0] != 200][:3]
+    assert [out for i, (_, out) in enumerate(results) if i % 2 == 0] == [f"{i}\n" for i in range(0, 64, 2)]

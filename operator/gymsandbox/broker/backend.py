@@ -56,7 +56,7 @@ class _Capped:
 class KubeBackend:
     def __init__(self, api_client: client.ApiClient) -> None:
         self.kube = Kube(api_client)
-        self.core = client.CoreV1Api(api_client)
+        self.configuration = api_client.configuration
 
     def get_host(self, namespace: str, name: str) -> Manifest | None:
         return self.kube.get(GYMHOST, namespace, name)
@@ -102,61 +102,86 @@ class KubeBackend:
         sandbox `timeout` kills the command a second later, since a closed exec stream does not stop it.
         """
         argv = ["timeout", "-s", "KILL", str(math.ceil(timeout) + 1), *argv]
-        started = time.monotonic()
-        deadline = started + timeout
-        stdout, stderr = _Capped(max_output), _Capped(max_output)
-        try:
-            ws = stream(
-                self.core.connect_get_namespaced_pod_exec,
-                pod,
+        # kubernetes.stream swaps call_api on the client it is given while it connects: not thread-safe.
+        # Each exec gets a private client, so concurrent execs and plain reads never see each other's swap.
+        with client.ApiClient(self.configuration) as private:
+            return _run_exec(
+                client.CoreV1Api(private),
                 namespace,
-                command=argv,
-                container=container,
-                stdin=stdin is not None,
-                stdout=True,
-                stderr=True,
-                tty=False,
-                _preload_content=False,
-                binary=True,
+                pod,
+                container,
+                argv,
+                stdin=stdin,
+                deadline=time.monotonic() + timeout,
+                max_output=max_output,
             )
-        except (ApiException, OSError, ValueError) as e:
-            return ExecOutcome(
-                EXIT_UNREACHABLE,
-                b"",
-                str(getattr(e, "reason", e)).encode(),
-                False,
-                False,
-                time.monotonic() - started,
-            )
-        timed_out = False
-        try:
-            if stdin is not None:
-                ws.write_channel(STDIN_CHANNEL, stdin)
-                ws.close_channel(STDIN_CHANNEL)  # end of input (channel protocol v5)
-            while ws.is_open():
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    timed_out = True
-                    break
-                ws.update(timeout=min(remaining, 0.5))
-                if ws.peek_stdout():
-                    stdout.add(ws.read_stdout())
-                if ws.peek_stderr():
-                    stderr.add(ws.read_stderr())
-            code = EXIT_DEADLINE if timed_out else _returncode(ws)
-        except (OSError, ValueError) as e:
-            stderr.add(f"connection to the sandbox failed: {e}")
-            code = EXIT_UNREACHABLE
-        finally:
-            ws.close()
+
+
+def _run_exec(
+    core: client.CoreV1Api,
+    namespace: str,
+    pod: str,
+    container: str,
+    argv: list[str],
+    *,
+    stdin: bytes | None,
+    deadline: float,
+    max_output: int,
+) -> ExecOutcome:
+    started = time.monotonic()
+    stdout, stderr = _Capped(max_output), _Capped(max_output)
+    try:
+        ws = stream(
+            core.connect_get_namespaced_pod_exec,
+            pod,
+            namespace,
+            command=argv,
+            container=container,
+            stdin=stdin is not None,
+            stdout=True,
+            stderr=True,
+            tty=False,
+            _preload_content=False,
+            binary=True,
+        )
+    except (ApiException, OSError, ValueError) as e:
         return ExecOutcome(
-            code,
-            stdout.value(),
-            stderr.value(),
-            stdout.truncated or stderr.truncated,
-            timed_out,
+            EXIT_UNREACHABLE,
+            b"",
+            str(getattr(e, "reason", e)).encode(),
+            False,
+            False,
             time.monotonic() - started,
         )
+    timed_out = False
+    try:
+        if stdin is not None:
+            ws.write_channel(STDIN_CHANNEL, stdin)
+            ws.close_channel(STDIN_CHANNEL)  # end of input (channel protocol v5)
+        while ws.is_open():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                timed_out = True
+                break
+            ws.update(timeout=min(remaining, 0.5))
+            if ws.peek_stdout():
+                stdout.add(ws.read_stdout())
+            if ws.peek_stderr():
+                stderr.add(ws.read_stderr())
+        code = EXIT_DEADLINE if timed_out else _returncode(ws)
+    except (OSError, ValueError) as e:
+        stderr.add(f"connection to the sandbox failed: {e}")
+        code = EXIT_UNREACHABLE
+    finally:
+        ws.close()
+    return ExecOutcome(
+        code,
+        stdout.value(),
+        stderr.value(),
+        stdout.truncated or stderr.truncated,
+        timed_out,
+        time.monotonic() - started,
+    )
 
 
 def _returncode(ws: Any) -> int:
