@@ -10,6 +10,8 @@ from typing import Annotated
 from fastapi import APIRouter, FastAPI, Header, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from kubernetes.client.exceptions import ApiException
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gymsandbox.broker.errors import BrokerError
@@ -180,12 +182,36 @@ async def _body(request: Request) -> bytes:
 
 
 async def _count_in_flight(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+    """Counts calls in flight (for a graceful stop) and turns anything unexpected into a JSON 502 here,
+    inside the app: a catch-all exception handler would still reset the client's connection."""
     state = service(request).state
     state.in_flight += 1
     try:
         return await call_next(request)
+    except ApiException as e:
+        if e.status == 404:  # deleted between the broker's read and its write (e.g. reaped)
+            return JSONResponse({"code": "episode_not_found", "message": "the episode no longer exists"}, 404)
+        return _backend_error(e)
+    except Exception as e:
+        return _backend_error(e)
     finally:
         state.in_flight -= 1
+
+
+def _backend_error(error: Exception) -> Response:
+    log.error("backend failure: %s", type(error).__name__)  # the message may echo request content
+    return JSONResponse({"code": "backend_error", "message": "the cluster could not be reached"}, 502)
+
+
+async def _framework_error(_: Request, error: Exception) -> Response:
+    """The framework's own refusals (unroutable paths, unparsable bodies) in the broker's error shape."""
+    assert isinstance(error, StarletteHTTPException)
+    if error.status_code == 404:  # no route matches: the request is malformed, it names no episode
+        message = "no such route: episode ids cannot contain '/', and paths cannot contain line breaks"
+        return JSONResponse({"code": "invalid_request", "message": message}, 422)
+    if error.status_code == 413:
+        return JSONResponse({"code": "payload_too_large", "message": str(error.detail)}, 413)
+    return JSONResponse({"code": "invalid_request", "message": str(error.detail)}, 422)
 
 
 async def _broker_error(_: Request, error: Exception) -> Response:
@@ -202,11 +228,6 @@ async def _invalid(_: Request, error: Exception) -> Response:
     return JSONResponse({"code": "invalid_request", "message": problems[:2000]}, 422)
 
 
-async def _unexpected(_: Request, error: Exception) -> Response:
-    log.error("backend failure: %s", type(error).__name__)  # the message may echo request content
-    return JSONResponse({"code": "backend_error", "message": "the cluster could not be reached"}, 502)
-
-
 @router.get("/metrics", include_in_schema=False)
 async def metrics(request: Request) -> Response:
     return service(request).telemetry.exposition()
@@ -221,7 +242,7 @@ def create_app(state: BrokerState) -> FastAPI:
     app.add_middleware(BodyLimit, json_limit=JSON_BODY_LIMIT, upload_limit=state.settings.max_transfer_bytes)
     app.add_exception_handler(BrokerError, _broker_error)
     app.add_exception_handler(RequestValidationError, _invalid)
-    app.add_exception_handler(Exception, _unexpected)
+    app.add_exception_handler(StarletteHTTPException, _framework_error)
     return app
 
 

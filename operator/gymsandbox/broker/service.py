@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import secrets
 import time
 from collections import OrderedDict
@@ -42,6 +43,7 @@ from gymsandbox.policy.cluster import ClusterPolicy
 from gymsandbox.policy.episodes import EpisodeRequest, admit_episode
 
 RETRY_AFTER_SECONDS = 5
+EPISODE_ID = re.compile(r"[a-z0-9]([-a-z0-9]{0,251}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*")
 
 
 @dataclass
@@ -115,6 +117,8 @@ class BrokerService:
     async def episode(
         self, caller: Caller, episode_id: str, *, destroy: bool, rollout: str | None
     ) -> Manifest:
+        if len(episode_id) > 253 or not EPISODE_ID.fullmatch(episode_id):  # not a Kubernetes name: no lookup
+            raise BrokerError("episode_not_found", "episode ids are Kubernetes names (DNS-1123, at most 253)")
         episode = await run_in_threadpool(self.state.backend.get_episode, caller.namespace, episode_id)
         if episode is None or episode["metadata"].get("deletionTimestamp"):
             if (caller.namespace, episode_id) in self.state.closed or episode is not None:

@@ -9,6 +9,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -34,11 +35,12 @@ class Kind:
         return f"{prefix}/{self.api_version}"
 
     def path(self, namespace: str | None, name: str | None = None) -> str:
+        """Names are quoted: a name can never turn into another path, a query or a fragment."""
         path = self.base
         if self.namespaced:
-            path += f"/namespaces/{namespace}"
+            path += f"/namespaces/{quote(str(namespace), safe='')}"
         path += f"/{self.plural}"
-        return f"{path}/{name}" if name else path
+        return f"{path}/{quote(name, safe='')}" if name else path
 
 
 SECRET = Kind("v1", "secrets")
