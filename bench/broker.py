@@ -36,47 +36,33 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
-import importlib.util
 import json
 import math
 import os
 import queue
 import re
-import secrets
 import shutil
-import signal
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import httpx
-import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.stream import stream
 from kubernetes.stream.ws_client import ERROR_CHANNEL
 
+import common
+from common import GROUP, HOST, IMAGE, OPERATOR_NAMESPACE, PLURAL, VERSION, Child, Cluster, log, plain
 from gymsandbox.desired.pod import EPISODE_CONTAINER_NAME
 
-ROOT = Path(__file__).resolve().parent.parent
-GROUP, VERSION, PLURAL = "gymsandbox.dev", "v1alpha1", "episodesandboxes"
-HOST = "swe-gym-run-1"
-IMAGE = "registry.example.com/episodes/python-sandbox:3.12"
-OPERATOR_NAMESPACE = "gymsandbox-system"
 NAMESPACE_PREFIX = "bench-broker"
-RESTRICTED = {
-    "pod-security.kubernetes.io/enforce": "restricted",
-    "pod-security.kubernetes.io/enforce-version": "latest",
-}
-BENCH_LABEL = "gymsandbox.dev/bench"
+COLUMNS = ("broker", "direct")
 ARGV = ["echo", "ok"]
 EXPECTED_STDOUT = "ok\n"
 EXEC_TIMEOUT = 30  # the broker's default timeoutSeconds; it runs argv as `timeout -s KILL 31 ...`
@@ -86,157 +72,18 @@ EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit)\b")  # the 
 LOG_RECORD_LINE = re.compile(r"^(\d{4}-\d\d-\d\d |INFO:|ERROR:|WARNING:)")
 
 
-def log(message: str) -> None:
-    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
 # ---------------------------------------------------------------------------------------------- cluster
 
 
-def load_cluster_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gymsandbox_hack_cluster", ROOT / "hack" / "cluster.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+def enable_exec(cluster: Cluster, namespace: str, pod: str) -> None:
+    """Tell kwok to run this pod's execs as local processes (the local control plane only)."""
+    cluster.script.enable_exec(cluster.paths, namespace, pod)  # a kubectl failure raises with its message
 
 
-@dataclass(frozen=True)
-class Cluster:
-    kubeconfig: Path
-    kubectl: Path
-    script: ModuleType
-    local: bool  # the local control plane from hack/cluster.py: kwok runs execs once told to
-
-    def kubectl_run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [str(self.kubectl), f"--kubeconfig={self.kubeconfig}", *args],
-            capture_output=True,
-            text=True,
-            check=check,
-            timeout=120,
-        )
-
-    @property
-    def paths(self) -> Any:
-        return self.script.Paths(self.script.STATE_DIR)
-
-    def enable_exec(self, namespace: str, pod: str) -> None:
-        self.script.enable_exec(self.paths, namespace, pod)  # a kubectl failure raises with its message
-
-    def forget_exec_dirs(self, namespace: str) -> None:
-        """The per-pod directories enable_exec made for this run's namespace (and only those)."""
-        if self.local and namespace.startswith(f"{NAMESPACE_PREFIX}-"):
-            shutil.rmtree(Path(self.paths.exec) / namespace, ignore_errors=True)
-
-
-def find_cluster() -> Cluster:
-    """KUBECONFIG's cluster if set, else the local control plane (started if it is not running)."""
-    script = load_cluster_script()
-    tools: dict[str, Path] = script.binaries()
-    if os.environ.get("KUBECONFIG"):
-        return Cluster(Path(os.environ["KUBECONFIG"]), tools["kubectl"], script, local=False)
-    paths = script.Paths(script.STATE_DIR)
-    script.up(paths)  # reuses a running one
-    return Cluster(paths.kubeconfig, tools["kubectl"], script, local=True)
-
-
-def install_crds(cluster: Cluster, core: client.CoreV1Api) -> None:
-    cluster.kubectl_run("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
-    cluster.kubectl_run("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
-    with contextlib.suppress(ApiException):  # 409: it exists (it holds the signing key)
-        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=OPERATOR_NAMESPACE)))
-
-
-def new_client(kubeconfig: Path) -> client.ApiClient:
-    api: client.ApiClient = config.new_client_from_config(  # type: ignore[no-untyped-call]
-        config_file=str(kubeconfig)
-    )
-    return api
-
-
-def plain(api: client.ApiClient, obj: object) -> dict[str, Any]:
-    """A client model (or a dict) as the API's JSON: camelCase keys, no None values."""
-    body: dict[str, Any] = api.sanitize_for_serialization(obj)  # type: ignore[no-untyped-call]
-    return body
-
-
-def create_namespace(core: client.CoreV1Api) -> str:
-    name = f"{NAMESPACE_PREFIX}-{secrets.token_hex(3)}"
-    labels = {**RESTRICTED, BENCH_LABEL: "true"}
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels=labels)))
-    return name
-
-
-def delete_namespace(core: client.CoreV1Api, name: str, timeout: float) -> bool:
-    """Delete and wait until it is gone; False if it is still there at the deadline."""
-    try:
-        core.delete_namespace(name)
-    except ApiException as e:
-        if e.status == 404:
-            return True
-        raise
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            core.read_namespace(name)
-        except ApiException as e:
-            if e.status == 404:
-                return True
-            raise
-        time.sleep(0.5)
-    return False
-
-
-def delete_host(api: client.ApiClient, namespace: str, timeout: float) -> bool:
-    """Delete the GymHost and wait until it is gone (its finalizer released); False at the deadline."""
-    custom = client.CustomObjectsApi(api)
-    deadline = time.monotonic() + timeout
-    try:
-        custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, "gymhosts", HOST)
-        while time.monotonic() < deadline:
-            custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "gymhosts", HOST)
-            time.sleep(0.5)
-    except ApiException as e:
-        if e.status == 404:
-            return True
-        raise
-    return False
-
-
-def ready_reason(obj: dict[str, Any]) -> tuple[bool, str]:
-    conditions = (obj.get("status") or {}).get("conditions") or []
-    ready: dict[str, Any] = next((c for c in conditions if c.get("type") == "Ready"), {})
-    return ready.get("status") == "True", str(ready.get("reason") or "NoStatusYet")
-
-
-def write_policy(directory: Path, episodes: int) -> Path:
-    """The sample policy, with room for all the episodes on one host."""
-    policy = yaml.safe_load((ROOT / "examples" / "policy.yaml").read_text())
-    caps = policy.setdefault("caps", {})
-    caps["maxEpisodesPerHost"] = max(episodes, int(caps.get("maxEpisodesPerHost") or 0))
-    path = directory / "policy.yaml"
-    path.write_text(yaml.safe_dump(policy))
-    return path
-
-
-def create_host(api: client.ApiClient, namespace: str, episodes: int, timeout: float) -> None:
-    """The sample PVC and GymHost with episodes.maxConcurrent = episodes; returns once the host is Ready."""
-    claim, host = yaml.safe_load_all((ROOT / "examples" / "gymhost.yaml").read_text())
-    host["spec"]["episodes"]["maxConcurrent"] = episodes
-    client.CoreV1Api(api).create_namespaced_persistent_volume_claim(namespace, claim)
-    custom = client.CustomObjectsApi(api)
-    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "gymhosts", host)
-    deadline, reason = time.monotonic() + timeout, "NoStatusYet"
-    while time.monotonic() < deadline:
-        obj = plain(api, custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "gymhosts", HOST))
-        ready, reason = ready_reason(obj)
-        if ready:
-            return
-        time.sleep(0.5)
-    raise TimeoutError(f"GymHost {HOST} not Ready after {timeout:.0f} s (last reason {reason})")
+def forget_exec_dirs(cluster: Cluster, namespace: str) -> None:
+    """The per-pod directories enable_exec made for this run's namespace (and only those)."""
+    if cluster.local and namespace.startswith(f"{NAMESPACE_PREFIX}-"):
+        shutil.rmtree(Path(cluster.paths.exec) / namespace, ignore_errors=True)
 
 
 def host_token(core: client.CoreV1Api, namespace: str) -> str:
@@ -255,7 +102,7 @@ def wait_episodes_ready(
         pods: dict[str, str] = {}
         for item in listed["items"]:
             name = item["metadata"]["name"]
-            ready, reasons[name] = ready_reason(item)
+            ready, reasons[name] = common.ready_condition(item)
             pod = (item.get("status") or {}).get("podName")
             if ready and pod:
                 pods[name] = str(pod)
@@ -269,60 +116,9 @@ def wait_episodes_ready(
 # ---------------------------------------------------------------------------------------------- processes
 
 
-@dataclass
-class Child:
-    """A `gymsandbox` subprocess started here, logging to a file; stopped by its own PID only."""
-
-    name: str
-    process: subprocess.Popen[bytes]
-    log_path: Path
-
-    @classmethod
-    def launch(cls, name: str, argv: list[str], kubeconfig: Path, log_path: Path) -> Child:
-        env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
-        with log_path.open("ab") as out:
-            process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
-        log(f"{name} pid {process.pid}, log {log_path}")
-        return cls(name, process, log_path)
-
-    def text(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def wait_for(self, ready: Callable[[], bool], timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while not ready():
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"the {self.name} did not start:\n{self.text()[-3000:]}")
-            time.sleep(0.2)
-
-    def stop(self, grace: float = 40) -> None:
-        if self.process.poll() is None:
-            log(f"stopping the {self.name} (pid {self.process.pid})")
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=20)
-
-
-def gymsandbox_cli() -> str:
-    return str(Path(sys.executable).parent / "gymsandbox")
-
-
-def start_operator(cluster: Cluster, policy: Path, namespace: str, workdir: Path) -> Child:
-    argv = [gymsandbox_cli(), "operator", "--policy", str(policy), "--namespace", namespace]
-    argv += ["--operator-namespace", OPERATOR_NAMESPACE, "--verbose"]  # it logs the watch-streams starting
-    operator = Child.launch("operator", argv, cluster.kubeconfig, workdir / "operator.log")
-    wanted = ("Starting the watch-stream for gymhosts", f"Starting the watch-stream for {PLURAL}")
-    operator.wait_for(lambda: all(w in operator.text() for w in wanted), timeout=60)
-    return operator
-
-
 def start_broker(cluster: Cluster, policy: Path, workdir: Path) -> tuple[Child, str]:
     port = cluster.script.free_port()
-    argv = [gymsandbox_cli(), "broker", "--policy", str(policy)]
+    argv = [common.gymsandbox_cli(), "broker", "--policy", str(policy)]
     argv += ["--operator-namespace", OPERATOR_NAMESPACE, "--listen", f"127.0.0.1:{port}"]
     broker = Child.launch("broker", argv, cluster.kubeconfig, workdir / "broker.log")
     url = f"http://127.0.0.1:{port}"
@@ -425,13 +221,6 @@ def direct_exec(core: client.CoreV1Api, namespace: str, pod: str) -> Sample:
     return Sample(latency)
 
 
-def nearest_rank(values: list[float], p: float) -> float | None:
-    ordered = sorted(values)
-    if not ordered:
-        return None
-    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
-
-
 @dataclass
 class PhaseResult:
     samples: list[Sample]
@@ -455,7 +244,7 @@ class PhaseResult:
         return sum(self.errors.values())
 
     def percentile(self, p: float) -> float | None:
-        return nearest_rank(self.latencies, p)
+        return common.nearest_rank(self.latencies, p)
 
     @property
     def backend(self) -> list[float]:
@@ -524,14 +313,6 @@ def warm_up(task: Callable[[str], Sample], ids: list[str], what: str, timeout: f
 # ---------------------------------------------------------------------------------------------- report
 
 
-def ratio(a: float | None, b: float | None) -> float | None:
-    return a / b if a is not None and b else None
-
-
-def fmt(value: float | None, digits: int = 3) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
-
-
 def report(args: argparse.Namespace, broker: PhaseResult, direct: PhaseResult, seq: dict[str, Any]) -> None:
     rows: list[tuple[str, str, float | None, float | None]] = [
         (f"p{p}_s", f"p{p} exec latency (s)", broker.percentile(p), direct.percentile(p))
@@ -547,14 +328,15 @@ def report(args: argparse.Namespace, broker: PhaseResult, direct: PhaseResult, s
         f"{args.execs} execs of {' '.join(ARGV)!r} across {args.episodes} episodes, "
         f"{args.concurrency} client threads per phase (broker phase first)"
     )
-    print(f"{'metric':<40} {'broker':>10} {'direct':>10} {'ratio':>8}")
-    for key, label, a, b in rows:
-        digits = 0 if key in ("ok", "errors") else 3
-        print(f"{label:<40} {fmt(a, digits):>10} {fmt(b, digits):>10} {fmt(ratio(a, b), 2):>8}")
-    backend = broker.backend
+    counts = ("ok", "errors")  # whole numbers
+    common.print_ratio_table(COLUMNS, [(label, a, b, 0 if key in counts else 3) for key, label, a, b in rows])
+    backend_p50, backend_p99 = (
+        common.nearest_rank(broker.backend, 50),
+        common.nearest_rank(broker.backend, 99),
+    )
     print(
         f"{'broker-side pods/exec time p50/p99 (s)':<40} "
-        f"{fmt(nearest_rank(backend, 50)):>10} {fmt(nearest_rank(backend, 99)):>10}"
+        f"{common.fmt(backend_p50):>10} {common.fmt(backend_p99):>10}"
     )
     for label, phase in (("broker", broker), ("direct", direct)):
         if phase.errors:
@@ -567,11 +349,11 @@ def report(args: argparse.Namespace, broker: PhaseResult, direct: PhaseResult, s
         "concurrency": args.concurrency,
         "answered": {"broker": len(broker.samples), "direct": len(direct.samples)},
         "errors_by_kind": {"broker": dict(broker.errors), "direct": dict(direct.errors)},
-        "broker_backend_p50_s": nearest_rank(backend, 50),
-        "broker_backend_p99_s": nearest_rank(backend, 99),
+        "broker_backend_p50_s": backend_p50,
+        "broker_backend_p99_s": backend_p99,
     }
     for key, _, a, b in rows:
-        summary[key] = {"broker": a, "direct": b, "ratio": ratio(a, b)}
+        summary[key] = common.compared(COLUMNS, a, b)
     print()
     print(json.dumps(summary, sort_keys=True))
 
@@ -580,28 +362,19 @@ def report(args: argparse.Namespace, broker: PhaseResult, direct: PhaseResult, s
 
 
 @dataclass
-class Run:
-    args: argparse.Namespace
-    cluster: Cluster
-    api: client.ApiClient
-    workdir: Path
+class Run(common.BenchRun):
     namespace: str | None = None
-    operator: Child | None = None
     broker: Child | None = None
     url: str = ""
     token: str = ""
     episodes: list[str] = field(default_factory=list)
-
-    @property
-    def core(self) -> client.CoreV1Api:
-        return client.CoreV1Api(self.api)
 
     def http(self, connections: int = 10) -> httpx.Client:
         limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
         return httpx.Client(base_url=self.url, timeout=CLIENT_TIMEOUT, limits=limits)
 
     def close_episodes(self) -> None:
-        if self.args.keep or not (self.episodes and self.broker and self.broker.process.poll() is None):
+        if self.args.keep or not (self.episodes and self.broker and self.broker.running):
             return
         answers: Counter[str] = Counter()
         with self.http() as http:
@@ -617,15 +390,8 @@ class Run:
         self.close_episodes()
         namespace = self.namespace
         if namespace is not None and not self.args.keep:
-            if self.operator is not None and self.operator.process.poll() is None:
-                # The GymHost first, while the operator runs: it holds the host's finalizer.
-                log(f"deleting GymHost {HOST} (and through it any episode left) in {namespace}")
-                if not delete_host(self.api, namespace, timeout=180):
-                    log(f"GymHost {HOST} in {namespace} is still there after 180 s")
-            log(f"deleting namespace {namespace}")
-            if not delete_namespace(self.core, namespace, timeout=180):
-                log(f"namespace {namespace} is still terminating after 180 s; left to the API server")
-            self.cluster.forget_exec_dirs(namespace)
+            self.delete_host_then_namespace(namespace)
+            forget_exec_dirs(self.cluster, namespace)
             self.namespace = None
         for child in (self.broker, self.operator):
             if child is not None:
@@ -636,12 +402,12 @@ class Run:
 def set_up(run: Run) -> dict[str, str]:
     """Namespace, operator, broker, host, episodes (through the broker); returns episode id -> pod."""
     args = run.args
-    run.namespace = namespace = create_namespace(run.core)
+    run.namespace = namespace = common.create_namespace(run.core, NAMESPACE_PREFIX)
     log(f"namespace {namespace}")
-    policy = write_policy(run.workdir, args.episodes)
-    run.operator = start_operator(run.cluster, policy, namespace, run.workdir)
+    policy = common.write_policy(run.workdir, args.episodes)
+    run.operator = common.start_operator(run.cluster.kubeconfig, policy, namespace, run.workdir)
     run.broker, run.url = start_broker(run.cluster, policy, run.workdir)
-    create_host(run.api, namespace, args.episodes, timeout=120)
+    common.create_host(run.api, namespace, args.episodes, timeout=120)
     run.token = host_token(run.core, namespace)
     log(f"GymHost Ready; creating {args.episodes} episodes through the broker at {run.url}")
     with run.http() as http:
@@ -657,7 +423,7 @@ def set_up(run: Run) -> dict[str, str]:
     if run.cluster.local:
         with stderr_to(run.workdir / "enable-exec.log"):  # each call logs finding the cached binaries
             for pod in pods.values():
-                run.cluster.enable_exec(namespace, pod)
+                enable_exec(run.cluster, namespace, pod)
         log("kwok exec enabled for every episode pod")
     return pods
 
@@ -684,8 +450,10 @@ def measure(run: Run, pods: dict[str, str]) -> None:
             warm_up(via_broker, ids, "broker warm-up", timeout=60)
             warm_up(via_api, ids, "direct warm-up", timeout=60)
             seq = {
-                "broker": nearest_rank([s.latency for s in map(via_broker, ids) if s.error is None], 50),
-                "direct": nearest_rank([s.latency for s in map(via_api, ids) if s.error is None], 50),
+                "broker": common.nearest_rank(
+                    [s.latency for s in map(via_broker, ids) if s.error is None], 50
+                ),
+                "direct": common.nearest_rank([s.latency for s in map(via_api, ids) if s.error is None], 50),
             }
             log(f"warm-up done; broker phase: {args.execs} execs, {args.concurrency} threads")
             broker = run_concurrently(
@@ -770,25 +538,10 @@ def stderr_to(path: Path) -> Iterator[None]:
         os.close(saved)
 
 
-@contextlib.contextmanager
-def workdir(keep: bool) -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="gymsandbox-bench-broker-"))
-    try:
-        yield path
-    finally:
-        if keep:
-            log(f"kept {path}")
-        else:
-            shutil.rmtree(path, ignore_errors=True)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    cluster = find_cluster()
-    api = new_client(cluster.kubeconfig)
-    with workdir(args.keep) as directory:
+    with common.prepared_cluster("gymsandbox-bench-broker-", args.keep) as (cluster, api, directory):
         run = Run(args, cluster, api, directory)
-        install_crds(cluster, run.core)
         try:
             pods = set_up(run)
             measure(run, pods)

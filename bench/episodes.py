@@ -21,162 +21,47 @@ never stopped here). Every wait is bounded; both namespaces are deleted at the e
 from __future__ import annotations
 
 import argparse
-import contextlib
-import importlib.util
 import json
 import math
-import os
 import re
 import secrets
-import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
-import yaml
-from kubernetes import client, config, watch
+from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 from kubernetes.utils import parse_quantity
 
-ROOT = Path(__file__).resolve().parent.parent
-GROUP, VERSION, PLURAL = "gymsandbox.dev", "v1alpha1", "episodesandboxes"
-HOST = "swe-gym-run-1"
-IMAGE = "registry.example.com/episodes/python-sandbox:3.12"
-OPERATOR_NAMESPACE = "gymsandbox-system"
+import common
+from common import BENCH_LABEL, GROUP, HOST, IMAGE, OPERATOR_NAMESPACE, PLURAL, VERSION, Child, log, plain
+
 RUNTIME_LABEL = "gymsandbox.dev/runtime"
 RUNTIME_CLASS = "kata-qemu"
 # The episode defaults (api/episode.py), used for the baseline pods too so both phases ask the same.
 EPISODE_RESOURCES = {"cpu": "500m", "memory": "512Mi", "ephemeral-storage": "1Gi"}
 RUN_AS = 65532
-RESTRICTED = {
-    "pod-security.kubernetes.io/enforce": "restricted",
-    "pod-security.kubernetes.io/enforce-version": "latest",
-}
-BENCH_LABEL = "gymsandbox.dev/bench"
 MIB = 1024 * 1024
 
 WRITE_LINE = re.compile(r'"(POST|PUT|PATCH|DELETE) (\S+) HTTP/1\.1" (\d{3})')
 KOPF_PATCH_LINE = re.compile(r"(?:Merge|JSON)-patching the (resource|status) with")
-
-
-def log(message: str) -> None:
-    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+COLUMNS = ("operator", "baseline")
+OPERATOR_STOP_GRACE = 20.0  # seconds from SIGTERM to SIGKILL
 
 
 # ---------------------------------------------------------------------------------------------- cluster
 
 
-def load_cluster_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gymsandbox_hack_cluster", ROOT / "hack" / "cluster.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-@dataclass(frozen=True)
-class Cluster:
-    kubeconfig: Path
-    kubectl: Path
-
-    def kubectl_run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [str(self.kubectl), f"--kubeconfig={self.kubeconfig}", *args],
-            capture_output=True,
-            text=True,
-            check=check,
-            timeout=120,
-        )
-
-
-def find_cluster() -> Cluster:
-    """KUBECONFIG's cluster if set, else the local control plane (started if it is not running)."""
-    script = load_cluster_script()
-    tools: dict[str, Path] = script.binaries()
-    if os.environ.get("KUBECONFIG"):
-        return Cluster(Path(os.environ["KUBECONFIG"]), tools["kubectl"])
-    paths = script.Paths(script.STATE_DIR)
-    script.up(paths)  # reuses a running one
-    return Cluster(paths.kubeconfig, tools["kubectl"])
-
-
-def install_crds(cluster: Cluster, core: client.CoreV1Api) -> None:
-    cluster.kubectl_run("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
-    cluster.kubectl_run("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
-    with contextlib.suppress(ApiException):  # 409: it exists (it holds the signing key)
-        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=OPERATOR_NAMESPACE)))
-
-
-def new_client(kubeconfig: Path) -> client.ApiClient:
-    api: client.ApiClient = config.new_client_from_config(  # type: ignore[no-untyped-call]
-        config_file=str(kubeconfig)
-    )
-    return api
-
-
-def create_namespace(core: client.CoreV1Api, prefix: str) -> str:
-    name = f"{prefix}-{secrets.token_hex(3)}"
-    labels = {**RESTRICTED, BENCH_LABEL: "true"}
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels=labels)))
-    return name
-
-
-def delete_namespace(core: client.CoreV1Api, name: str, timeout: float) -> bool:
-    """Delete and wait until it is gone; False if it is still there at the deadline."""
-    try:
-        core.delete_namespace(name)
-    except ApiException as e:
-        if e.status == 404:
-            return True
-        raise
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            core.read_namespace(name)
-        except ApiException as e:
-            if e.status == 404:
-                return True
-            raise
-        time.sleep(0.5)
-    return False
-
-
-def plain(api: client.ApiClient, obj: object) -> dict[str, Any]:
-    """A client model (or a dict) as the API's JSON: camelCase keys, no None values."""
-    body: dict[str, Any] = api.sanitize_for_serialization(obj)  # type: ignore[no-untyped-call]
-    return body
-
-
 def quantity(value: str) -> Decimal:
     parsed: Decimal = parse_quantity(value)  # type: ignore[no-untyped-call]
     return parsed
-
-
-def delete_host(api: client.ApiClient, namespace: str, timeout: float) -> bool:
-    """Delete the GymHost and wait until it is gone (its finalizer released); False at the deadline."""
-    custom = client.CustomObjectsApi(api)
-    deadline = time.monotonic() + timeout
-    try:
-        custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, "gymhosts", HOST)
-        while time.monotonic() < deadline:
-            custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "gymhosts", HOST)
-            time.sleep(0.5)
-    except ApiException as e:
-        if e.status == 404:
-            return True
-        raise
-    return False
 
 
 def free_slots(core: client.CoreV1Api, per_pod: Mapping[str, str]) -> tuple[int, str]:
@@ -208,12 +93,6 @@ def free_slots(core: client.CoreV1Api, per_pod: Mapping[str, str]) -> tuple[int,
 
 def condition_true(conditions: Any, kind: str) -> bool:
     return any(c.get("type") == kind and c.get("status") == "True" for c in conditions or [])
-
-
-def episode_state(obj: Mapping[str, Any]) -> tuple[bool, str]:
-    conditions = (obj.get("status") or {}).get("conditions") or []
-    ready: dict[str, Any] = next((c for c in conditions if c.get("type") == "Ready"), {})
-    return ready.get("status") == "True", str(ready.get("reason") or "NoStatusYet")
 
 
 def pod_state(obj: Mapping[str, Any]) -> tuple[bool, str]:
@@ -333,10 +212,7 @@ class PhaseResult:
         return sum(1 for n in self.sent if n in self.ready)
 
     def percentile(self, p: float) -> float | None:
-        values = self.latencies
-        if not values:
-            return None
-        return values[max(0, math.ceil(p / 100 * len(values)) - 1)]
+        return common.nearest_rank(self.latencies, p)
 
     @property
     def wall(self) -> float | None:
@@ -350,54 +226,14 @@ class PhaseResult:
 # ---------------------------------------------------------------------------------------------- operator
 
 
-@dataclass
-class Operator:
-    process: subprocess.Popen[bytes]
-    log_path: Path
-
-    @classmethod
-    def launch(cls, kubeconfig: Path, policy: Path, namespace: str, log_path: Path) -> Operator:
-        argv = [str(Path(sys.executable).parent / "gymsandbox"), "operator", "--policy", str(policy)]
-        argv += ["--namespace", namespace, "--operator-namespace", OPERATOR_NAMESPACE, "--verbose"]
-        env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
-        with log_path.open("ab") as out:
-            process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
-        handle = cls(process, log_path)
-        log(f"operator pid {process.pid}, log {log_path}")
-        deadline = time.monotonic() + 60
-        wanted = ("Starting the watch-stream for gymhosts", f"Starting the watch-stream for {PLURAL}")
-        while not all(w in handle.text() for w in wanted):
-            if process.poll() is not None or time.monotonic() > deadline:
-                handle.stop()
-                raise RuntimeError(f"the operator did not start:\n{handle.text()[-3000:]}")
-            time.sleep(0.2)
-        return handle
-
-    def text(self, start: int = 0, end: int | None = None) -> str:
-        with self.log_path.open("rb") as f:
-            f.seek(start)
-            data = f.read() if end is None else f.read(max(0, end - start))
-        return data.decode(errors="replace")
-
-    def offset(self) -> int:
-        return self.log_path.stat().st_size
-
-    def peak_rss_mib(self) -> float | None:
-        try:
-            status = Path(f"/proc/{self.process.pid}/status").read_text()
-        except OSError:
-            return None
-        match = re.search(r"^VmHWM:\s+(\d+) kB", status, re.MULTILINE)
-        return int(match.group(1)) / 1024 if match else None
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=20)
+def peak_rss_mib(process: subprocess.Popen[bytes]) -> float | None:
+    """The process's peak resident set size (VmHWM) in MiB; None once it is gone."""
+    try:
+        status = Path(f"/proc/{process.pid}/status").read_text()
+    except OSError:
+        return None
+    match = re.search(r"^VmHWM:\s+(\d+) kB", status, re.MULTILINE)
+    return int(match.group(1)) / 1024 if match else None
 
 
 def resource_of(path: str) -> str:
@@ -435,33 +271,6 @@ def kopf_events(core: client.CoreV1Api, namespace: str) -> set[str]:
     }
 
 
-def write_policy(directory: Path, n: int) -> Path:
-    """The sample policy, with room for N episodes on one host."""
-    policy = yaml.safe_load((ROOT / "examples" / "policy.yaml").read_text())
-    caps = policy.setdefault("caps", {})
-    caps["maxEpisodesPerHost"] = max(n, int(caps.get("maxEpisodesPerHost") or 0))
-    path = directory / "policy.yaml"
-    path.write_text(yaml.safe_dump(policy))
-    return path
-
-
-def create_host(api: client.ApiClient, namespace: str, n: int, timeout: float) -> None:
-    """The sample PVC and GymHost with episodes.maxConcurrent = N; returns once the host is Ready."""
-    claim, host = yaml.safe_load_all((ROOT / "examples" / "gymhost.yaml").read_text())
-    host["spec"]["episodes"]["maxConcurrent"] = n
-    client.CoreV1Api(api).create_namespaced_persistent_volume_claim(namespace, claim)
-    custom = client.CustomObjectsApi(api)
-    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "gymhosts", host)
-    deadline, reason = time.monotonic() + timeout, "NoStatusYet"
-    while time.monotonic() < deadline:
-        obj = plain(api, custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "gymhosts", HOST))
-        ready, reason = episode_state(obj)
-        if ready:
-            return
-        time.sleep(0.5)
-    raise TimeoutError(f"GymHost {HOST} not Ready after {timeout:.0f} s (last reason {reason})")
-
-
 def episode(name: str) -> dict[str, Any]:
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
@@ -471,14 +280,14 @@ def episode(name: str) -> dict[str, Any]:
     }
 
 
-def operator_phase(run: Run, namespace: str, operator: Operator) -> PhaseResult:
+def operator_phase(run: Run, namespace: str, operator: Child) -> PhaseResult:
     n, custom, core = run.args.n, client.CustomObjectsApi(run.api), run.core
     watch_api = run.watch_client()
     watcher = ReadyWatcher(
         watch_api,
         client.CustomObjectsApi(watch_api).list_namespaced_custom_object,
         (GROUP, VERSION, namespace, PLURAL),
-        episode_state,
+        common.ready_condition,
         time.monotonic() + run.args.timeout,
     )
     watcher.start()
@@ -486,7 +295,7 @@ def operator_phase(run: Run, namespace: str, operator: Operator) -> PhaseResult:
     names = [f"ep-{i:04d}" for i in range(n)]
     sent: dict[str, float] = {}
     events_before = kopf_events(core, namespace)
-    start_offset = operator.offset()
+    start_offset = operator.log_offset()
     for name in names:
         sent[name] = time.monotonic()
         custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, episode(name))
@@ -494,7 +303,7 @@ def operator_phase(run: Run, namespace: str, operator: Operator) -> PhaseResult:
     log(f"created {n} episodes in {created:.1f} s; waiting for Ready")
     wait_all_ready(watcher, names, run.args.stall)
     time.sleep(2)  # the writes that trail the last Ready (kopf's bookkeeping patch, events)
-    end_offset = operator.offset()
+    end_offset = operator.log_offset()
     watcher.finish()
     writes = count_writes(operator.text(start_offset, end_offset))
     events = len(kopf_events(core, namespace) - events_before)
@@ -603,14 +412,6 @@ def baseline_phase(run: Run, namespace: str) -> PhaseResult:
 # ---------------------------------------------------------------------------------------------- report
 
 
-def ratio(a: float | None, b: float | None) -> float | None:
-    return a / b if a is not None and b else None
-
-
-def fmt(value: float | None, digits: int = 3) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
-
-
 def report(n: int, op: PhaseResult, base: PhaseResult, rss: Mapping[str, float | None]) -> dict[str, Any]:
     rows: list[tuple[str, float | None, float | None]] = [
         (f"p{p} create-to-Ready (s)", op.percentile(p), base.percentile(p)) for p in (50, 90, 99)
@@ -621,11 +422,9 @@ def report(n: int, op: PhaseResult, base: PhaseResult, rss: Mapping[str, float |
     rows.append(("API writes per item", op_writes, base_writes))
     print()
     print(f"N = {n}; Ready: operator {op.ready_count}/{n}, baseline {base.ready_count}/{n}")
-    print(f"{'metric':<40} {'operator':>10} {'baseline':>10} {'ratio':>8}")
-    for label, a, b in rows:
-        print(f"{label:<40} {fmt(a):>10} {fmt(b):>10} {fmt(ratio(a, b), 2):>8}")
-    print(f"{'operator peak RSS, VmHWM (MiB)':<40} {fmt(rss.get('peak'), 1):>10}")
-    print(f"{'  peak by the last Ready (MiB)':<40} {fmt(rss.get('at_ready'), 1):>10}")
+    common.print_ratio_table(COLUMNS, [(label, a, b, 3) for label, a, b in rows])
+    print(f"{'operator peak RSS, VmHWM (MiB)':<40} {common.fmt(rss.get('peak'), 1):>10}")
+    print(f"{'  peak by the last Ready (MiB)':<40} {common.fmt(rss.get('at_ready'), 1):>10}")
     print()
     print("operator writes during the episode phase, per episode:")
     for key, count in op.writes.most_common():
@@ -643,7 +442,7 @@ def report(n: int, op: PhaseResult, base: PhaseResult, rss: Mapping[str, float |
     }
     keys = ["p50_s", "p90_s", "p99_s", "wall_s", "create_s", "writes_per_item"]
     for key, (_, a, b) in zip(keys, rows, strict=True):
-        summary[key] = {"operator": a, "baseline": b, "ratio": ratio(a, b)}
+        summary[key] = common.compared(COLUMNS, a, b)
     print()
     print(json.dumps(summary, sort_keys=True))
     return summary
@@ -653,42 +452,24 @@ def report(n: int, op: PhaseResult, base: PhaseResult, rss: Mapping[str, float |
 
 
 @dataclass
-class Run:
-    args: argparse.Namespace
-    cluster: Cluster
-    api: client.ApiClient
-    workdir: Path
+class Run(common.BenchRun):
     namespaces: list[str] = field(default_factory=list)
-    operator: Operator | None = None
     rss: dict[str, float | None] = field(default_factory=dict)
-
-    @property
-    def core(self) -> client.CoreV1Api:
-        return client.CoreV1Api(self.api)
 
     def watch_client(self) -> client.ApiClient:
         """A connection pool of its own for a watching thread."""
-        return new_client(self.cluster.kubeconfig)
+        return common.new_client(self.cluster.kubeconfig)
 
     def remove(self, namespace: str) -> None:
         if self.args.keep or namespace not in self.namespaces:
             return
-        if self.operator is not None and self.operator.process.poll() is None:
-            # The GymHost first, while the operator runs: it holds the host's finalizer, and kopf stops
-            # watching a namespace as soon as its deletion starts, which would leave that finalizer behind.
-            log(f"deleting GymHost {HOST} (and through it the episodes) in {namespace}")
-            if not delete_host(self.api, namespace, timeout=180):
-                log(f"GymHost {HOST} in {namespace} is still there after 180 s")
-        log(f"deleting namespace {namespace}")
-        if not delete_namespace(self.core, namespace, timeout=180):
-            log(f"namespace {namespace} is still terminating after 180 s; left to the API server")
+        self.delete_host_then_namespace(namespace)
         self.namespaces.remove(namespace)
 
     def stop_operator(self) -> None:
         if self.operator is not None:
-            self.rss["peak"] = self.operator.peak_rss_mib()
-            log(f"stopping the operator (pid {self.operator.process.pid})")
-            self.operator.stop()
+            self.rss["peak"] = peak_rss_mib(self.operator.process)
+            self.operator.stop(grace=OPERATOR_STOP_GRACE)
             self.operator = None
 
 
@@ -707,15 +488,15 @@ def preflight(run: Run) -> None:
 
 def phase_one(run: Run) -> PhaseResult:
     args = run.args
-    namespace = create_namespace(run.core, "bench")
+    namespace = common.create_namespace(run.core, "bench")
     run.namespaces.append(namespace)
     log(f"operator phase in namespace {namespace}")
-    policy = write_policy(run.workdir, args.n)
-    run.operator = Operator.launch(run.cluster.kubeconfig, policy, namespace, run.workdir / "operator.log")
-    create_host(run.api, namespace, args.n, timeout=120)
+    policy = common.write_policy(run.workdir, args.n)
+    run.operator = common.start_operator(run.cluster.kubeconfig, policy, namespace, run.workdir)
+    common.create_host(run.api, namespace, args.n, timeout=120)
     log("GymHost Ready; creating episodes")
     result = operator_phase(run, namespace, run.operator)
-    run.rss["at_ready"] = run.operator.peak_rss_mib()
+    run.rss["at_ready"] = peak_rss_mib(run.operator.process)
     if result.ready_count < args.n:
         problems = [
             line for line in run.operator.text().splitlines() if re.search(r"\[(WARNING|ERROR)", line)
@@ -728,7 +509,7 @@ def phase_one(run: Run) -> PhaseResult:
 
 
 def phase_two(run: Run) -> PhaseResult:
-    namespace = create_namespace(run.core, "bench-base")
+    namespace = common.create_namespace(run.core, "bench-base")
     run.namespaces.append(namespace)
     log(f"baseline phase in namespace {namespace}")
     result = baseline_phase(run, namespace)
@@ -750,27 +531,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-@contextlib.contextmanager
-def workdir(keep: bool) -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="gymsandbox-bench-"))
-    try:
-        yield path
-    finally:
-        if keep:
-            log(f"kept {path}")
-        else:
-            for child in path.iterdir():
-                child.unlink()
-            path.rmdir()
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    cluster = find_cluster()
-    api = new_client(cluster.kubeconfig)
-    with workdir(args.keep) as directory:
+    with common.prepared_cluster("gymsandbox-bench-", args.keep) as (cluster, api, directory):
         run = Run(args, cluster, api, directory)
-        install_crds(cluster, run.core)
         preflight(run)
         try:
             operator_result = phase_one(run)

@@ -1,0 +1,365 @@
+"""What the benchmarks in bench/ share: the cluster, the sample GymHost, the operator, clean-up, reporting.
+
+Imported as `common` by the scripts next to it (run as `python bench/NAME.py`, which puts bench/ first on
+sys.path). Every wait is bounded; subprocesses are stopped by their own PID only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import math
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import yaml
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+ROOT = Path(__file__).resolve().parent.parent
+GROUP, VERSION, PLURAL = "gymsandbox.dev", "v1alpha1", "episodesandboxes"
+HOST = "swe-gym-run-1"
+IMAGE = "registry.example.com/episodes/python-sandbox:3.12"
+OPERATOR_NAMESPACE = "gymsandbox-system"
+RESTRICTED = {
+    "pod-security.kubernetes.io/enforce": "restricted",
+    "pod-security.kubernetes.io/enforce-version": "latest",
+}
+BENCH_LABEL = "gymsandbox.dev/bench"
+# What a clean-up waits for the GymHost, then the namespace, to be gone.
+DELETE_TIMEOUT = 180.0
+
+
+def log(message: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------------------------- cluster
+
+
+def load_cluster_script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("gymsandbox_hack_cluster", ROOT / "hack" / "cluster.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@dataclass(frozen=True)
+class Cluster:
+    kubeconfig: Path
+    kubectl: Path
+    script: ModuleType  # hack/cluster.py
+    local: bool  # the local control plane from hack/cluster.py, not KUBECONFIG's cluster
+
+    def kubectl_run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(self.kubectl), f"--kubeconfig={self.kubeconfig}", *args],
+            capture_output=True,
+            text=True,
+            check=check,
+            timeout=120,
+        )
+
+    @property
+    def paths(self) -> Any:
+        """hack/cluster.py's Paths of the local control plane's state directory."""
+        return self.script.Paths(self.script.STATE_DIR)
+
+
+def find_cluster() -> Cluster:
+    """KUBECONFIG's cluster if set, else the local control plane (started if it is not running)."""
+    script = load_cluster_script()
+    tools: dict[str, Path] = script.binaries()
+    if os.environ.get("KUBECONFIG"):
+        return Cluster(Path(os.environ["KUBECONFIG"]), tools["kubectl"], script, local=False)
+    paths = script.Paths(script.STATE_DIR)
+    script.up(paths)  # reuses a running one
+    return Cluster(paths.kubeconfig, tools["kubectl"], script, local=True)
+
+
+def install_crds(cluster: Cluster, core: client.CoreV1Api) -> None:
+    """Apply crds/, wait until they are Established, and make sure the operator namespace exists."""
+    cluster.kubectl_run("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
+    cluster.kubectl_run("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+    with contextlib.suppress(ApiException):  # 409: it exists (it holds the signing key)
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=OPERATOR_NAMESPACE)))
+
+
+def new_client(kubeconfig: Path) -> client.ApiClient:
+    api: client.ApiClient = config.new_client_from_config(  # type: ignore[no-untyped-call]
+        config_file=str(kubeconfig)
+    )
+    return api
+
+
+def plain(api: client.ApiClient, obj: object) -> dict[str, Any]:
+    """A client model (or a dict) as the API's JSON: camelCase keys, no None values."""
+    body: dict[str, Any] = api.sanitize_for_serialization(obj)  # type: ignore[no-untyped-call]
+    return body
+
+
+def ready_condition(obj: Mapping[str, Any]) -> tuple[bool, str]:
+    """Whether an object's Ready condition is True, and its reason (`NoStatusYet` before it has one)."""
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    ready: dict[str, Any] = next((c for c in conditions if c.get("type") == "Ready"), {})
+    return ready.get("status") == "True", str(ready.get("reason") or "NoStatusYet")
+
+
+# ---------------------------------------------------------------------------------------------- namespace
+
+
+def create_namespace(core: client.CoreV1Api, prefix: str) -> str:
+    """A new restricted namespace `PREFIX-XXXXXX`, labelled as the benchmark's; returns its name."""
+    name = f"{prefix}-{secrets.token_hex(3)}"
+    labels = {**RESTRICTED, BENCH_LABEL: "true"}
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels=labels)))
+    return name
+
+
+def not_found(call: Callable[[], object]) -> bool:
+    """call(); True if the API answered 404 Not Found, False if it succeeded (other errors raise)."""
+    try:
+        call()
+    except ApiException as e:
+        if e.status == 404:
+            return True
+        raise
+    return False
+
+
+def delete_and_wait_gone(delete: Callable[[], object], read: Callable[[], object], timeout: float) -> bool:
+    """delete(), then read() every 0.5 s until it answers 404; False if it still answers at the deadline."""
+    deadline = time.monotonic() + timeout
+    if not_found(delete):
+        return True
+    while time.monotonic() < deadline:
+        if not_found(read):
+            return True
+        time.sleep(0.5)
+    return False
+
+
+def delete_namespace(core: client.CoreV1Api, name: str, timeout: float) -> bool:
+    """Delete and wait until it is gone; False if it is still there at the deadline."""
+    return delete_and_wait_gone(
+        lambda: core.delete_namespace(name), lambda: core.read_namespace(name), timeout
+    )
+
+
+def write_policy(directory: Path, episodes: int) -> Path:
+    """The sample policy (examples/policy.yaml), with room for `episodes` episodes on one host."""
+    policy = yaml.safe_load((ROOT / "examples" / "policy.yaml").read_text())
+    caps = policy.setdefault("caps", {})
+    caps["maxEpisodesPerHost"] = max(episodes, int(caps.get("maxEpisodesPerHost") or 0))
+    path = directory / "policy.yaml"
+    path.write_text(yaml.safe_dump(policy))
+    return path
+
+
+def create_host(api: client.ApiClient, namespace: str, episodes: int, timeout: float) -> None:
+    """The sample PVC and GymHost with episodes.maxConcurrent = episodes; returns once the host is Ready."""
+    claim, host = yaml.safe_load_all((ROOT / "examples" / "gymhost.yaml").read_text())
+    host["spec"]["episodes"]["maxConcurrent"] = episodes
+    client.CoreV1Api(api).create_namespaced_persistent_volume_claim(namespace, claim)
+    custom = client.CustomObjectsApi(api)
+    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "gymhosts", host)
+    deadline, reason = time.monotonic() + timeout, "NoStatusYet"
+    while time.monotonic() < deadline:
+        obj = plain(api, custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "gymhosts", HOST))
+        ready, reason = ready_condition(obj)
+        if ready:
+            return
+        time.sleep(0.5)
+    raise TimeoutError(f"GymHost {HOST} not Ready after {timeout:.0f} s (last reason {reason})")
+
+
+def delete_host(api: client.ApiClient, namespace: str, timeout: float) -> bool:
+    """Delete the GymHost and wait until it is gone (its finalizer released); False at the deadline."""
+    custom = client.CustomObjectsApi(api)
+    host = (GROUP, VERSION, namespace, "gymhosts", HOST)
+    return delete_and_wait_gone(
+        lambda: custom.delete_namespaced_custom_object(*host),
+        lambda: custom.get_namespaced_custom_object(*host),
+        timeout,
+    )
+
+
+# ---------------------------------------------------------------------------------------------- processes
+
+
+@dataclass
+class Child:
+    """A `gymsandbox` subprocess started here, logging to a file; stopped by its own PID only."""
+
+    name: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    @classmethod
+    def launch(cls, name: str, argv: list[str], kubeconfig: Path, log_path: Path) -> Child:
+        env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+        with log_path.open("ab") as out:
+            process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
+        log(f"{name} pid {process.pid}, log {log_path}")
+        return cls(name, process, log_path)
+
+    @property
+    def running(self) -> bool:
+        return self.process.poll() is None
+
+    def text(self, start: int = 0, end: int | None = None) -> str:
+        """Its log from byte `start` to byte `end` (the end of the file if None)."""
+        with self.log_path.open("rb") as f:
+            f.seek(start)
+            data = f.read() if end is None else f.read(max(0, end - start))
+        return data.decode(errors="replace")
+
+    def log_offset(self) -> int:
+        """Where its log ends now, for text(start, end)."""
+        return self.log_path.stat().st_size
+
+    def wait_for(self, ready: Callable[[], bool], timeout: float) -> None:
+        """Until ready(); stops it and raises RuntimeError (with its log's tail) if it exits or times out."""
+        deadline = time.monotonic() + timeout
+        while not ready():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"the {self.name} did not start:\n{self.text()[-3000:]}")
+            time.sleep(0.2)
+
+    def stop(self, grace: float = 40) -> None:
+        """SIGTERM, then SIGKILL after `grace` seconds; nothing if it has already exited."""
+        if self.process.poll() is None:
+            log(f"stopping the {self.name} (pid {self.process.pid})")
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=20)
+
+
+def gymsandbox_cli() -> str:
+    """The `gymsandbox` entry point next to this interpreter (the venv's)."""
+    return str(Path(sys.executable).parent / "gymsandbox")
+
+
+def start_operator(kubeconfig: Path, policy: Path, namespace: str, workdir: Path) -> Child:
+    """`gymsandbox operator` for one namespace, logging to WORKDIR/operator.log; returns once it watches."""
+    argv = [gymsandbox_cli(), "operator", "--policy", str(policy), "--namespace", namespace]
+    argv += ["--operator-namespace", OPERATOR_NAMESPACE, "--verbose"]  # it logs the watch-streams starting
+    operator = Child.launch("operator", argv, kubeconfig, workdir / "operator.log")
+    wanted = ("Starting the watch-stream for gymhosts", f"Starting the watch-stream for {PLURAL}")
+    operator.wait_for(lambda: all(w in operator.text() for w in wanted), timeout=60)
+    return operator
+
+
+# ---------------------------------------------------------------------------------------------- run
+
+
+@dataclass
+class BenchRun:
+    """What every benchmark run holds; each script's Run adds its own state."""
+
+    args: argparse.Namespace
+    cluster: Cluster
+    api: client.ApiClient
+    workdir: Path
+    operator: Child | None = None
+
+    @property
+    def core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(self.api)
+
+    def delete_host_then_namespace(self, namespace: str) -> None:
+        """Delete the GymHost (only while this run's operator runs to release its finalizer), then the
+        namespace.
+
+        The GymHost goes first, while the operator runs: it holds the host's finalizer, and kopf stops
+        watching a namespace as soon as its deletion starts, which would leave that finalizer behind.
+        Each wait is bounded by DELETE_TIMEOUT; what is still there then is logged and left.
+        """
+        if self.operator is not None and self.operator.running:
+            log(f"deleting GymHost {HOST} (and through it any episode left) in {namespace}")
+            if not delete_host(self.api, namespace, timeout=DELETE_TIMEOUT):
+                log(f"GymHost {HOST} in {namespace} is still there after {DELETE_TIMEOUT:.0f} s")
+        log(f"deleting namespace {namespace}")
+        if not delete_namespace(self.core, namespace, timeout=DELETE_TIMEOUT):
+            log(
+                f"namespace {namespace} is still terminating after {DELETE_TIMEOUT:.0f} s; "
+                "left to the API server"
+            )
+
+
+@contextlib.contextmanager
+def prepared_cluster(workdir_prefix: str, keep: bool) -> Iterator[tuple[Cluster, client.ApiClient, Path]]:
+    """The cluster (see find_cluster), an API client for it once the CRDs are installed (install_crds),
+    and a scratch directory (see workdir)."""
+    cluster = find_cluster()
+    api = new_client(cluster.kubeconfig)
+    with workdir(workdir_prefix, keep) as directory:
+        install_crds(cluster, client.CoreV1Api(api))
+        yield cluster, api, directory
+
+
+@contextlib.contextmanager
+def workdir(prefix: str, keep: bool) -> Iterator[Path]:
+    """A fresh temporary directory, removed at the end unless `keep` (then its path is logged)."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield path
+    finally:
+        if keep:
+            log(f"kept {path}")
+        else:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------------------------- report
+
+
+def nearest_rank(values: Iterable[float], p: float) -> float | None:
+    """The p-th percentile by nearest rank; None for no values."""
+    ordered = sorted(values)
+    if not ordered:
+        return None
+    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def fmt(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def print_ratio_table(
+    columns: tuple[str, str], rows: Iterable[tuple[str, float | None, float | None, int]]
+) -> None:
+    """A header, then one line per (label, a, b, digits): a and b under `columns`, and a / b."""
+    left, right = columns
+    print(f"{'metric':<40} {left:>10} {right:>10} {'ratio':>8}")
+    for label, a, b, digits in rows:
+        print(f"{label:<40} {fmt(a, digits):>10} {fmt(b, digits):>10} {fmt(ratio(a, b), 2):>8}")
+
+
+def compared(columns: tuple[str, str], a: float | None, b: float | None) -> dict[str, float | None]:
+    """One metric of the JSON summary: both values under `columns`, and their ratio."""
+    left, right = columns
+    return {left: a, right: b, "ratio": ratio(a, b)}
