@@ -8,6 +8,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from gymsandbox.api.names import GROUP, VERSION
+from tests.integration.gymhosts import eventually
 
 EPISODE_IMAGE = "registry.example.com/episodes/python-sandbox:3.12"
 
@@ -70,3 +71,8 @@ class Episodes:
 
     def ready_reason(self, name: str) -> str | None:
         return self.condition(self.get(name), "Ready").get("reason")
+
+    def wait_ready(self, name: str, timeout: float = 20) -> None:
+        eventually(
+            lambda: self.ready_reason(name) == "SandboxReady", timeout=timeout, what=f"episode {name} Ready"
+        )

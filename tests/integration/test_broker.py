@@ -18,6 +18,7 @@ import pytest
 from kubernetes import client
 
 from gymsandbox.leases import SIGNING_KEY_SECRET, Claims, Scope, issue, key_from_secret, operate_claims, peek
+from tests.integration.archives import tar_of, untar
 from tests.integration.conftest import (
     OPERATOR_NAMESPACE,
     BrokerProcess,
@@ -75,7 +76,7 @@ def test_create_get_list_and_close_twice(
     assert created.status_code == 201, created.text
     episode_id = created.json()["id"]
     episodes = Episodes(api_client, namespace)
-    eventually(lambda: episodes.ready_reason(episode_id) == "SandboxReady", timeout=20, what="Ready")
+    episodes.wait_ready(episode_id)
     assert http.get(f"/v1/episodes/{episode_id}", headers=auth(host_token)).json()["ready"] is True
     listed = http.get("/v1/episodes", headers=auth(host_token)).json()["episodes"]
     assert [e["id"] for e in listed] == [episode_id]
@@ -172,7 +173,7 @@ def test_an_operate_lease_cannot_close_and_needs_its_rollout(
 ) -> None:
     episode_id = new_episode(http, host_token).json()["id"]
     episodes = Episodes(api_client, namespace)
-    eventually(lambda: episodes.ready_reason(episode_id) == "SandboxReady", timeout=20, what="Ready")
+    episodes.wait_ready(episode_id)
     owner = read_token(core, namespace, f"{episode_id}-lease")
     key = key_from_secret(
         client.ApiClient().sanitize_for_serialization(
@@ -243,7 +244,7 @@ def test_a_granted_operate_lease_uses_but_cannot_close_and_renewal_moves_expiry(
     assert created.status_code == 201, created.text
     episode_id = created.json()["id"]
     episodes = Episodes(api_client, namespace)
-    eventually(lambda: episodes.ready_reason(episode_id) == "SandboxReady", timeout=20, what="Ready")
+    episodes.wait_ready(episode_id)
     grant = http.post(
         f"/v1/episodes/{episode_id}/leases",
         json={"rolloutId": "r-5", "ttlSeconds": 60},
@@ -279,7 +280,7 @@ def sandbox(
     assert created.status_code == 201, created.text
     episode_id = str(created.json()["id"])
     episodes = Episodes(api_client, namespace)
-    eventually(lambda: episodes.ready_reason(episode_id) == "SandboxReady", timeout=20, what="Ready")
+    episodes.wait_ready(episode_id)
     if cluster.local:
         pod = (episodes.get(episode_id) or {})["status"]["podName"]
         cluster_script.enable_exec(cluster_script.Paths(cluster_script.STATE_DIR), namespace, pod)  # type: ignore[attr-defined]
@@ -291,25 +292,6 @@ def run(http: httpx.Client, token: str, episode_id: str, **body: Any) -> dict[st
     assert answer.status_code == 200, answer.text
     result: dict[str, Any] = answer.json()
     return result
-
-
-def tar_of(files: dict[str, bytes]) -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as archive:
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            archive.addfile(info, io.BytesIO(data))
-    return buffer.getvalue()
-
-
-def untar(data: bytes) -> dict[str, bytes]:
-    with tarfile.open(fileobj=io.BytesIO(data)) as archive:
-        return {
-            m.name.removeprefix("./"): archive.extractfile(m).read()  # type: ignore[union-attr]
-            for m in archive.getmembers()
-            if m.isfile()
-        }
 
 
 def test_exec_runs_argv_and_shell_and_reports_exit_codes(

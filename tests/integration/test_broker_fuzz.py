@@ -54,7 +54,7 @@ from gymsandbox.broker.errors import STATUS, BrokerError
 from gymsandbox.broker.service import BrokerSettings
 from tests.integration.conftest import BrokerProcess, Cluster, OperatorProcess
 from tests.integration.episodes import EPISODE_IMAGE, Episodes
-from tests.integration.gymhosts import Hosts, apply, eventually, sample, set_path
+from tests.integration.gymhosts import Hosts, apply, sample, set_path
 
 pytestmark = pytest.mark.integration
 
@@ -113,7 +113,7 @@ def episode_id(broker: BrokerProcess, host_token: str, api_client: client.ApiCli
     assert created.status_code == 201, created.text
     name = str(created.json()["id"])
     episodes = Episodes(api_client, namespace)
-    eventually(lambda: episodes.ready_reason(name) == "SandboxReady", timeout=30, what="Ready")
+    episodes.wait_ready(name, timeout=30)
     return name
 
 

@@ -46,7 +46,7 @@ def live_episode(
     hosts.wait_reason("swe-gym-run-1", "HostReady")
     episodes = Episodes(api_client, namespace)
     episodes.create(episode("leased", rolloutId="rollout-7"))
-    eventually(lambda: episodes.ready_reason("leased") == "SandboxReady", timeout=20, what="Ready")
+    episodes.wait_ready("leased")
     return episodes, "leased"
 
 
@@ -111,7 +111,7 @@ def test_token_of_a_deleted_and_recreated_episode_is_refused(
     episodes.delete(name)
     eventually(lambda: episodes.get(name) is None, timeout=15, what="the episode to go")
     episodes.create(episode(name, rolloutId="rollout-7"))
-    eventually(lambda: episodes.ready_reason(name) == "SandboxReady", timeout=20, what="the new one Ready")
+    episodes.wait_ready(name)
     live = episodes.get(name) or {}
     assert refused(old_token, key, live, scopes=DESTROY) == "stale_object"
     assert verify_live(owner_token(core, namespace), key, live, scopes=DESTROY, now=now())

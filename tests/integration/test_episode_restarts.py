@@ -41,7 +41,7 @@ def test_episode_that_expired_while_the_operator_was_stopped_is_reaped_right_aft
     _host(cluster, own_namespace, 4)
     hosts.wait_reason(HOST, "HostReady")
     episodes.create(episode("brief", lifetime={"ttlSeconds": 3}))
-    eventually(lambda: episodes.ready_reason("brief") == "SandboxReady", timeout=20, what="Ready")
+    episodes.wait_ready("brief")
     first.stop()
     expires_at = datetime.fromisoformat(
         (episodes.get("brief") or {})["status"]["expiresAt"].replace("Z", "+00:00")

@@ -87,7 +87,7 @@ def test_waiting_past_admission_timeout_is_terminal(
 ) -> None:
     ready_host(cluster, namespace, hosts, spec__episodes__maxConcurrent=1)
     episodes.create(episode("holder"))
-    eventually(lambda: episodes.ready_reason("holder") == "SandboxReady", timeout=20, what="holder Ready")
+    episodes.wait_ready("holder")
     episodes.create(episode("impatient", admissionTimeoutSeconds=2))
     eventually(lambda: episodes.ready_reason("impatient") == "AdmissionTimeout", timeout=20, what="timeout")
     episodes.delete("holder")  # a slot frees up, but giving up was final
@@ -102,7 +102,7 @@ def test_expired_episode_is_deleted_within_ten_seconds_of_expires_at(
 ) -> None:
     ready_host(cluster, namespace, hosts)
     episodes.create(episode("short", lifetime={"ttlSeconds": 3}))
-    eventually(lambda: episodes.ready_reason("short") == "SandboxReady", timeout=20, what="Ready")
+    episodes.wait_ready("short")
     expires_at = datetime.fromisoformat(
         (episodes.get("short") or {})["status"]["expiresAt"].replace("Z", "+00:00")
     )
@@ -116,7 +116,7 @@ def test_renewal_moves_expires_at(
 ) -> None:
     ready_host(cluster, namespace, hosts)
     episodes.create(episode("renewed", lifetime={"ttlSeconds": 6}))
-    eventually(lambda: episodes.ready_reason("renewed") == "SandboxReady", timeout=20, what="Ready")
+    episodes.wait_ready("renewed")
     before = (episodes.get("renewed") or {})["status"]["expiresAt"]
     episodes.patch("renewed", {"spec": {"lifetime": {"ttlSeconds": 600}}})
     eventually(
@@ -148,7 +148,7 @@ def test_episode_children_are_restricted_and_owned(
             labels={"team": "rl"},
         )
     )
-    eventually(lambda: episodes.ready_reason("tidy") == "SandboxReady", timeout=20, what="Ready")
+    episodes.wait_ready("tidy")
     pod = core.read_namespaced_pod("tidy-sandbox", namespace)
     assert pod.spec.runtime_class_name == "kata-qemu"
     assert pod.spec.automount_service_account_token is False
@@ -178,7 +178,7 @@ def test_episode_without_egress_gets_no_egress_at_all(
 ) -> None:
     ready_host(cluster, namespace, hosts)
     episodes.create(episode("sealed"))
-    eventually(lambda: episodes.ready_reason("sealed") == "SandboxReady", timeout=20, what="Ready")
+    episodes.wait_ready("sealed")
     policy = client.NetworkingV1Api(core.api_client).read_namespaced_network_policy(
         "sealed-egress", namespace
     )
@@ -191,7 +191,7 @@ def test_deleting_an_episode_twice_and_a_host_with_many_leaves_nothing(
 ) -> None:
     ready_host(cluster, namespace, hosts, spec__episodes__maxConcurrent=16)
     episodes.create(episode("twice"))
-    eventually(lambda: episodes.ready_reason("twice") == "SandboxReady", timeout=20, what="Ready")
+    episodes.wait_ready("twice")
     episodes.delete("twice")
     episodes.delete("twice")  # idempotent: already gone is fine
     eventually(lambda: episodes.get("twice") is None, timeout=10, what="the episode to go")

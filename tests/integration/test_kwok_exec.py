@@ -8,11 +8,9 @@ outlives a client that gave up on it.
 
 from __future__ import annotations
 
-import io
 import os
 import signal
 import subprocess
-import tarfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +18,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
+from tests.integration.archives import tar_of, untar
 from tests.integration.conftest import Cluster, cluster_script
 from tests.integration.gymhosts import eventually
 from tests.integration.test_control_plane import restricted_pod
@@ -72,21 +71,6 @@ def kubectl(
         check=False,
         timeout=timeout,
     )
-
-
-def tar_of(files: dict[str, bytes]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as archive:
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            archive.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
-
-
-def untar(data: bytes) -> dict[str, bytes]:
-    with tarfile.open(fileobj=io.BytesIO(data)) as archive:
-        return {m.name: archive.extractfile(m).read() for m in archive.getmembers() if m.isfile()}  # type: ignore[union-attr]
 
 
 def test_exec_runs_the_command_in_the_pods_own_directory(

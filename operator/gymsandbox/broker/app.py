@@ -125,7 +125,7 @@ async def put_file(
     authorization: Authorization = None,
     x_rollout_id: RolloutId = None,
 ) -> Response:
-    data = await _body(request)
+    data = await request.body()  # BodyLimit has already refused anything over the transfer cap
     await service(request).put_file(authorization, episode_id, path, data, x_rollout_id)
     return Response(status_code=204)
 
@@ -150,7 +150,7 @@ async def put_directory(
     authorization: Authorization = None,
     x_rollout_id: RolloutId = None,
 ) -> Response:
-    data = await _body(request)
+    data = await request.body()  # BodyLimit has already refused anything over the transfer cap
     await service(request).put_directory(authorization, episode_id, path, data, x_rollout_id)
     return Response(status_code=204)
 
@@ -165,20 +165,6 @@ async def get_directory(
 ) -> Response:
     data = await service(request).get_directory(authorization, episode_id, path, x_rollout_id)
     return Response(data, media_type=TAR)
-
-
-async def _body(request: Request) -> bytes:
-    """The upload, refused as soon as it passes the limit (no need to hold an oversized body)."""
-    limit = service(request).state.settings.max_transfer_bytes
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > limit:
-        raise BrokerError("payload_too_large", f"{declared} bytes is over the limit of {limit}")
-    received = bytearray()
-    async for chunk in request.stream():
-        received += chunk
-        if len(received) > limit:
-            raise BrokerError("payload_too_large", f"the upload is over the limit of {limit} bytes")
-    return bytes(received)
 
 
 async def _count_in_flight(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:

@@ -320,19 +320,11 @@ class BrokerService:
             raise BrokerError("backend_error", "the sandbox could not be reached for the transfer")
         return outcome
 
-    def _check_upload(self, data: bytes) -> None:
-        if len(data) > self.state.settings.max_transfer_bytes:
-            raise BrokerError(
-                "payload_too_large",
-                f"{len(data)} bytes is over the limit of {self.state.settings.max_transfer_bytes}",
-            )
-
     async def put_file(
         self, authorization: str | None, episode_id: str, path: str, data: bytes, rollout: str | None
     ) -> None:
         caller = await self.caller(authorization)
         target = sandbox_path(path)
-        self._check_upload(data)
         pod = await self._ready_pod(caller, episode_id, rollout)
         outcome = await self._run(
             caller, pod, ["sh", "-c", WRITE_FILE, "sh", target, str(len(data))], stdin=data
@@ -361,7 +353,6 @@ class BrokerService:
         """Unpack a tar into `path`, replacing it whole; a refused or failed upload leaves nothing behind."""
         caller = await self.caller(authorization)
         target = sandbox_path(path)
-        self._check_upload(data)
         check_archive(data, self.state.settings.max_transfer_bytes)
         pod = await self._ready_pod(caller, episode_id, rollout)
         outcome = await self._run(
