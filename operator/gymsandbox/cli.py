@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from gymsandbox import __version__, crdgen
+from gymsandbox import __version__, chartschema, crdgen
 from gymsandbox.broker.server import run_broker
 from gymsandbox.handlers.leases import SigningKeyError
 from gymsandbox.policy.cluster import PolicyError
@@ -26,6 +26,16 @@ def _parser() -> argparse.ArgumentParser:
     crds.add_argument(
         "--check", action="store_true", help="write nothing; exit 1 if the files differ from the models"
     )
+    schema = commands.add_parser(
+        "chart-schema", help="write the chart's values.schema.json (its policy part comes from the models)"
+    )
+    schema.add_argument(
+        "--output",
+        type=Path,
+        default=Path("charts/gymsandbox-operator/values.schema.json"),
+        help="file to write (default: charts/gymsandbox-operator/values.schema.json)",
+    )
+    schema.add_argument("--check", action="store_true", help="write nothing; exit 1 if the file differs")
     operator = commands.add_parser("operator", help="run the operator (reconciles GymHost objects)")
     operator.add_argument("--policy", help="cluster policy YAML (default: $GYMSANDBOX_POLICY)")
     operator.add_argument(
@@ -60,6 +70,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "crds":
         return _crds(args.output_dir, check=args.check)
+    if args.command == "chart-schema":
+        return _chart_schema(args.output, check=args.check)
     if args.command == "broker":
         return _broker(args.policy, args.operator_namespace, args.listen)
     if args.command == "operator":
@@ -83,6 +95,18 @@ def _crds(output_dir: Path, *, check: bool) -> int:
     for problem in problems:
         print(f"  {problem}", file=sys.stderr)
     print(f"run `gymsandbox crds --output-dir {output_dir}` to regenerate", file=sys.stderr)
+    return 1
+
+
+def _chart_schema(output: Path, *, check: bool) -> int:
+    expected = chartschema.render_values_schema()
+    if not check:
+        output.write_text(expected)
+        print(f"wrote {output}")
+        return 0
+    if output.exists() and output.read_text() == expected:
+        return 0
+    print(f"{output} is out of date with the models; run `gymsandbox chart-schema`", file=sys.stderr)
     return 1
 
 

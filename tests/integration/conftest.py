@@ -87,7 +87,11 @@ def core(api_client: client.ApiClient) -> client.CoreV1Api:
     return client.CoreV1Api(api_client)
 
 
-SHARED_PREFIX, OWN_PREFIX = "t", "o"
+# Namespaces of ordinary tests start with SHARED_PREFIX (the shared operator watches `SHARED_PREFIX-*`); tests
+# that run their own operator use OWN_PREFIX. tests/integration/test_chart_rbac.py reruns tests with other
+# prefixes so that its operators never see this session's namespaces.
+SHARED_PREFIX = os.environ.get("GYMSANDBOX_TEST_SHARED_PREFIX", "t")
+OWN_PREFIX = os.environ.get("GYMSANDBOX_TEST_OWN_PREFIX", "o")
 
 
 def _namespace_name(nodeid: str, prefix: str) -> str:
@@ -137,7 +141,94 @@ TEST_PROFILES: dict[str, Any] = {
     "nowhere": {"runtimeClassName": "crun", "nodeSelector": {"gymsandbox.dev/pool": "none-such"}},
 }
 RESYNC_SECONDS = "3"
-OPERATOR_NAMESPACE = "gymsandbox-system"
+# The Helm release the operator and broker get their identities (ServiceAccounts, RBAC) and policy from.
+OPERATOR_NAMESPACE = os.environ.get("GYMSANDBOX_TEST_RELEASE_NAMESPACE", "gymsandbox-system")
+RELEASE = os.environ.get("GYMSANDBOX_TEST_RELEASE", "gymsandbox")
+CHART = ROOT / "charts" / "gymsandbox-operator"
+TOKEN_SECONDS = 4 * 3600
+
+
+@dataclass(frozen=True)
+class Identities:
+    """Kubeconfigs that act as the chart's ServiceAccounts, from TokenRequest: nothing more than its RBAC."""
+
+    operator: Path
+    broker: Path
+
+
+def chart_values() -> dict[str, Any]:
+    """The sample policy (minus `broker`, which the chart sets) plus the test-only runtime profiles."""
+    policy = yaml.safe_load((ROOT / "examples" / "policy.yaml").read_text())
+    policy.pop("broker")
+    policy["runtimeProfiles"].update(TEST_PROFILES)
+    return {"policy": policy}
+
+
+def helm(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
+    tools = cluster_script.binaries()  # type: ignore[attr-defined]
+    return subprocess.run(
+        [str(tools["helm"]), f"--kubeconfig={cluster.kubeconfig}", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+
+
+@pytest.fixture(scope="session")
+def chart_release(cluster: Cluster, crds: None, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The chart installed (or upgraded) as release RELEASE in OPERATOR_NAMESPACE; kwok plays its pods.
+
+    With GYMSANDBOX_TEST_RELEASE_READY=1 the release is used as it is (test_chart_rbac.py edits its RBAC).
+    """
+    if os.environ.get("GYMSANDBOX_TEST_RELEASE_READY") == "1":
+        return RELEASE
+    values = tmp_path_factory.mktemp("chart") / "values.yaml"
+    values.write_text(yaml.safe_dump(chart_values()))
+    result = helm(
+        cluster,
+        "upgrade", "--install", RELEASE, str(CHART),
+        "--namespace", OPERATOR_NAMESPACE, "--create-namespace",
+        "--values", str(values), "--wait", "--timeout", "180s",
+    )  # fmt: skip
+    assert result.returncode == 0, f"helm install failed:\n{result.stdout}\n{result.stderr}"
+    return RELEASE
+
+
+def _service_account_kubeconfig(cluster: Cluster, core: client.CoreV1Api, name: str, path: Path) -> Path:
+    request = client.AuthenticationV1TokenRequest(
+        spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=TOKEN_SECONDS)
+    )
+    token = core.create_namespaced_service_account_token(name, OPERATOR_NAMESPACE, request).status.token
+    admin = yaml.safe_load(cluster.kubeconfig.read_text())
+    context = next(c for c in admin["contexts"] if c["name"] == admin["current-context"])["context"]
+    server = next(c for c in admin["clusters"] if c["name"] == context["cluster"])
+    kubeconfig = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{**server, "name": "cluster"}],
+        "users": [{"name": name, "user": {"token": token}}],
+        "contexts": [{"name": name, "context": {"cluster": "cluster", "user": name}}],
+        "current-context": name,
+    }
+    path.write_text(yaml.safe_dump(kubeconfig))
+    path.chmod(0o600)
+    return path
+
+
+@pytest.fixture(scope="session")
+def identities(
+    cluster: Cluster, core: client.CoreV1Api, chart_release: str, tmp_path_factory: pytest.TempPathFactory
+) -> Identities:
+    directory = tmp_path_factory.mktemp("identities")
+    return Identities(
+        operator=_service_account_kubeconfig(
+            cluster, core, f"{chart_release}-operator", directory / "operator.kubeconfig"
+        ),
+        broker=_service_account_kubeconfig(
+            cluster, core, f"{chart_release}-broker", directory / "broker.kubeconfig"
+        ),
+    )
 
 
 @dataclass
@@ -148,10 +239,10 @@ class OperatorProcess:
     log: Path
 
     @classmethod
-    def launch(cls, cluster: Cluster, policy_file: Path, log: Path, namespaces: list[str]) -> OperatorProcess:
+    def launch(cls, kubeconfig: Path, policy_file: Path, log: Path, namespaces: list[str]) -> OperatorProcess:
         env = {
             **os.environ,
-            "KUBECONFIG": str(cluster.kubeconfig),
+            "KUBECONFIG": str(kubeconfig),
             "GYMSANDBOX_RESYNC_SECONDS": RESYNC_SECONDS,
         }
         argv = [str(Path(sys.executable).parent / "gymsandbox"), "operator", "--policy", str(policy_file)]
@@ -188,23 +279,24 @@ class OperatorProcess:
 
 
 @pytest.fixture(scope="session")
-def policy_file(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The sample policy plus the test-only runtime profiles; and the operator's own namespace."""
-    policy = yaml.safe_load((ROOT / "examples" / "policy.yaml").read_text())
-    policy["runtimeProfiles"].update(TEST_PROFILES)
+def policy_file(core: client.CoreV1Api, chart_release: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The policy exactly as the chart renders it into its ConfigMap (which the chart's pods mount)."""
+    config_map = core.read_namespaced_config_map(f"{chart_release}-policy", OPERATOR_NAMESPACE)
     path = tmp_path_factory.mktemp("policy") / "policy.yaml"
-    path.write_text(yaml.safe_dump(policy))
-    cluster.kubectl_run("create", "namespace", OPERATOR_NAMESPACE, check=False)  # holds the signing key
+    path.write_text(config_map.data["policy.yaml"])
     return path
 
 
 @pytest.fixture(scope="session")
 def operator(
-    cluster: Cluster, crds: None, policy_file: Path, tmp_path_factory: pytest.TempPathFactory
+    identities: Identities, policy_file: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[OperatorProcess]:
-    """The operator for ordinary tests: every `t-*` namespace (tests that run their own use `o-*`)."""
+    """The operator for ordinary tests, as the chart's operator ServiceAccount: every `t-*` namespace."""
     handle = OperatorProcess.launch(
-        cluster, policy_file, tmp_path_factory.mktemp("operator") / "operator.log", [f"{SHARED_PREFIX}-*"]
+        identities.operator,
+        policy_file,
+        tmp_path_factory.mktemp("operator") / "operator.log",
+        [f"{SHARED_PREFIX}-*"],
     )
     yield handle
     handle.stop()
@@ -218,13 +310,15 @@ def own_namespace(request: pytest.FixtureRequest, core: client.CoreV1Api) -> Ite
 
 @pytest.fixture
 def start_operator(
-    cluster: Cluster, crds: None, policy_file: Path, own_namespace: str, tmp_path: Path
+    identities: Identities, policy_file: Path, own_namespace: str, tmp_path: Path
 ) -> Iterator[Any]:
     """Start (and restart) an operator that watches only `own_namespace`; all are stopped at the end."""
     started: list[OperatorProcess] = []
 
     def start() -> OperatorProcess:
-        handle = OperatorProcess.launch(cluster, policy_file, tmp_path / "operator.log", [own_namespace])
+        handle = OperatorProcess.launch(
+            identities.operator, policy_file, tmp_path / "operator.log", [own_namespace]
+        )
         started.append(handle)
         return handle
 
@@ -242,9 +336,9 @@ class BrokerProcess:
     log: Path
 
     @classmethod
-    def launch(cls, cluster: Cluster, policy_file: Path, log: Path) -> BrokerProcess:
+    def launch(cls, kubeconfig: Path, policy_file: Path, log: Path) -> BrokerProcess:
         port = cluster_script.free_port()  # type: ignore[attr-defined]
-        env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
+        env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
         argv = [str(Path(sys.executable).parent / "gymsandbox"), "broker", "--policy", str(policy_file)]
         argv += ["--operator-namespace", OPERATOR_NAMESPACE, "--listen", f"127.0.0.1:{port}"]
         with log.open("ab") as out:
@@ -275,10 +369,15 @@ class BrokerProcess:
 
 @pytest.fixture(scope="session")
 def broker(
-    cluster: Cluster, crds: None, policy_file: Path, tmp_path_factory: pytest.TempPathFactory
+    identities: Identities,
+    policy_file: Path,
+    operator: OperatorProcess,  # creates the signing key the broker reads
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[BrokerProcess]:
-    """The broker every broker test talks to."""
-    handle = BrokerProcess.launch(cluster, policy_file, tmp_path_factory.mktemp("broker") / "broker.log")
+    """The broker every broker test talks to, as the chart's broker ServiceAccount."""
+    handle = BrokerProcess.launch(
+        identities.broker, policy_file, tmp_path_factory.mktemp("broker") / "broker.log"
+    )
     yield handle
     handle.stop()
 

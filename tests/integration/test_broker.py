@@ -23,6 +23,7 @@ from tests.integration.conftest import (
     OPERATOR_NAMESPACE,
     BrokerProcess,
     Cluster,
+    Identities,
     OperatorProcess,
     cluster_script,
 )
@@ -407,9 +408,14 @@ def test_metrics_count_requests_by_route_and_logs_hold_no_token(
 
 
 def test_on_sigterm_in_flight_execs_finish_while_new_creates_get_503(
-    cluster: Cluster, policy_file: Path, tmp_path: Path, http: httpx.Client, host_token: str, sandbox: str
+    identities: Identities,
+    policy_file: Path,
+    tmp_path: Path,
+    http: httpx.Client,
+    host_token: str,
+    sandbox: str,
 ) -> None:
-    draining = BrokerProcess.launch(cluster, policy_file, tmp_path / "broker.log")
+    draining = BrokerProcess.launch(identities.broker, policy_file, tmp_path / "broker.log")
     try:
         with (
             httpx.Client(base_url=draining.url, timeout=30) as own,

@@ -12,7 +12,7 @@ from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
 from gymsandbox.client import GymHostFailedError, wait_ready
-from tests.integration.conftest import Cluster, OperatorProcess
+from tests.integration.conftest import OPERATOR_NAMESPACE, RELEASE, Cluster, OperatorProcess
 from tests.integration.gymhosts import Hosts, apply, eventually, sample, set_path
 
 pytestmark = pytest.mark.integration
@@ -124,10 +124,16 @@ def test_network_policy_allows_exactly_dns_the_broker_and_the_allowlist(
         {
             "to": [
                 {
+                    # The chart's broker pods, in the chart's namespace.
                     "namespaceSelector": {
-                        "matchLabels": {"kubernetes.io/metadata.name": "gymsandbox-system"}
+                        "matchLabels": {"kubernetes.io/metadata.name": OPERATOR_NAMESPACE}
                     },
-                    "podSelector": {"matchLabels": {"app.kubernetes.io/name": "gymsandbox-broker"}},
+                    "podSelector": {
+                        "matchLabels": {
+                            "app.kubernetes.io/name": "gymsandbox-broker",
+                            "app.kubernetes.io/instance": RELEASE,
+                        }
+                    },
                 }
             ],
             "ports": [{"protocol": "TCP", "port": 8443}],

@@ -18,11 +18,12 @@ from gymsandbox.broker.app import create_app
 from gymsandbox.broker.backend import KubeBackend
 from gymsandbox.broker.service import BrokerSettings, BrokerState
 from gymsandbox.handlers.kube import Kube
-from gymsandbox.handlers.leases import ensure_signing_key
+from gymsandbox.handlers.leases import wait_for_signing_key
 from gymsandbox.policy.cluster import load_policy
 from gymsandbox.runner import api_client
 
 GRACE_SECONDS = 30
+SIGNING_KEY_WAIT_SECONDS = 300  # the operator may start after the broker
 
 
 class _DrainingServer(uvicorn.Server):
@@ -51,7 +52,7 @@ def build_state(policy_path: Path, operator_namespace: str) -> BrokerState:
     client = api_client()
     return BrokerState(
         backend=KubeBackend(client),
-        key=ensure_signing_key(Kube(client), operator_namespace),
+        key=wait_for_signing_key(Kube(client), operator_namespace, timeout=SIGNING_KEY_WAIT_SECONDS),
         policy=load_policy(policy_path),
         settings=BrokerSettings(),
     )

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import logging
+import time
 from typing import cast
 
 from kubernetes.client.exceptions import ApiException
@@ -53,6 +55,36 @@ def ensure_signing_key(kube: Kube, namespace: str) -> SigningKey:
         return key_from_secret(secret)
     except ValueError as e:
         raise SigningKeyError(str(e)) from None
+
+
+def wait_for_signing_key(kube: Kube, namespace: str, *, timeout: float, poll: float = 1.0) -> SigningKey:
+    """The key the operator creates on its first start, read-only: the broker may read it, never make it."""
+    deadline = time.monotonic() + timeout
+    waiting_logged = False
+    while True:
+        try:
+            secret = kube.get(SECRET, namespace, SIGNING_KEY_SECRET)
+        except ApiException as e:
+            raise SigningKeyError(
+                f"cannot read Secret {namespace}/{SIGNING_KEY_SECRET}: HTTP {e.status} {e.reason}"
+            ) from None
+        if secret is not None:
+            try:
+                return key_from_secret(secret)
+            except ValueError as e:
+                raise SigningKeyError(str(e)) from None
+        if time.monotonic() >= deadline:
+            raise SigningKeyError(
+                f"Secret {namespace}/{SIGNING_KEY_SECRET} does not exist after {timeout:.0f} s: the operator "
+                "creates it on its first start; is the operator running with --operator-namespace "
+                f"{namespace}?"
+            )
+        if not waiting_logged:
+            logging.getLogger(__name__).info(
+                "waiting for the operator to create Secret %s/%s", namespace, SIGNING_KEY_SECRET
+            )
+            waiting_logged = True
+        time.sleep(poll)
 
 
 def secret_token(secret: Manifest) -> str | None:

@@ -1,0 +1,106 @@
+"""The Helm chart's values.schema.json: the chart's own knobs, and `policy` generated from ClusterPolicy.
+
+Helm checks values against this schema on install, upgrade, lint and template, so a bad type or an unknown
+key (a misspelt policy field included) is refused before anything reaches the cluster. `policy.broker` is
+not accepted: the chart fills it in from the release. tests/unit/test_chart.py fails when the file drifts.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from gymsandbox.policy.cluster import ClusterPolicy
+
+Schema = dict[str, Any]
+
+_NAME = {"type": "string", "minLength": 1}
+_ID = {"type": "integer", "minimum": 1}
+_PORT = {"type": "integer", "minimum": 1, "maximum": 65535}
+_STRING_MAP = {"type": "object", "additionalProperties": {"type": "string"}}
+_RESOURCES = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "requests": {"type": "object", "additionalProperties": {"type": ["string", "integer"]}},
+        "limits": {"type": "object", "additionalProperties": {"type": ["string", "integer"]}},
+    },
+}
+
+
+def _closed(properties: Schema, required: list[str] | None = None) -> Schema:
+    schema: Schema = {"type": "object", "additionalProperties": False, "properties": properties}
+    if required:
+        schema["required"] = required
+    return schema
+
+
+def _pod_placement() -> Schema:
+    return {
+        "resources": _RESOURCES,
+        "podAnnotations": _STRING_MAP,
+        "nodeSelector": _STRING_MAP,
+        "tolerations": {"type": "array", "items": {"type": "object"}},
+        "affinity": {"type": "object"},
+    }
+
+
+def policy_schema() -> tuple[Schema, Schema]:
+    """ClusterPolicy's JSON Schema without `broker` (the chart's to set): (schema, its $defs)."""
+    schema = ClusterPolicy.model_json_schema(by_alias=True)
+    definitions: Schema = schema.pop("$defs")
+    definitions.pop("Broker")
+    schema["properties"].pop("broker")
+    schema["description"] = (
+        "The cluster policy (examples/policy.yaml explains every field). `broker` is set by the chart."
+    )
+    return schema, definitions
+
+
+def values_schema() -> Schema:
+    policy, definitions = policy_schema()
+    image = _closed(
+        {
+            "repository": _NAME,
+            "tag": {"type": "string"},
+            "digest": {"type": "string", "pattern": "^(sha256:[a-f0-9]{64})?$"},
+            "pullPolicy": {"enum": ["Always", "IfNotPresent", "Never"]},
+        },
+        ["repository"],
+    )
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "gymsandbox-operator chart values",
+        **_closed(
+            {
+                "global": {"type": "object"},
+                "image": image,
+                "imagePullSecrets": {"type": "array", "items": _closed({"name": _NAME}, ["name"])},
+                "securityContext": _closed({"runAsUser": _ID, "runAsGroup": _ID}),
+                "operator": _closed(
+                    {"verbose": {"type": "boolean"}, "healthPort": _PORT, **_pod_placement()}
+                ),
+                "broker": _closed(
+                    {"replicas": {"type": "integer", "minimum": 1}, "port": _PORT, **_pod_placement()}
+                ),
+                "networkPolicy": _closed(
+                    {
+                        "enabled": {"type": "boolean"},
+                        "apiServer": _closed(
+                            {
+                                "cidrs": {"type": "array", "items": _NAME},
+                                "ports": {"type": "array", "items": _PORT, "minItems": 1},
+                            }
+                        ),
+                        "extraBrokerIngress": {"type": "array", "items": {"type": "object"}},
+                    }
+                ),
+                "policy": policy,
+            }
+        ),
+        "$defs": definitions,
+    }
+
+
+def render_values_schema() -> str:
+    return json.dumps(values_schema(), indent=2, sort_keys=False) + "\n"
