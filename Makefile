@@ -8,10 +8,11 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 CLUSTER := $(PY) hack/cluster.py
 
-.PHONY: help venv binaries cluster-up cluster-down lint unit integration test run crds bench bench-broker
+.PHONY: help venv binaries cluster-up cluster-down lint unit integration test run crds bench bench-broker image \
+	kind-e2e
 
 help: ## list targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -56,6 +57,12 @@ run: venv binaries ## the main job: the operator (and the sample GymHost) on KUB
 
 bench: venv binaries ## N episodes (default 200) vs a plain-client baseline: latency, writes, RSS as ratios
 	$(PY) bench/episodes.py -n $(or $(N),200)
+
+image: ## build the container image with docker or podman (none here: CI lints the Dockerfile instead)
+	hack/image.sh
+
+kind-e2e: venv ## kind cluster + image + chart, then tests/e2e against it (needs docker and kind; not run in CI)
+	hack/kind-e2e.sh
 
 bench-broker: venv binaries ## 200 concurrent execs over 20 episodes: broker vs direct pods/exec, as ratios
 	$(PY) bench/broker.py
