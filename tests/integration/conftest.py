@@ -177,21 +177,27 @@ def helm(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="session")
 def chart_release(cluster: Cluster, crds: None, tmp_path_factory: pytest.TempPathFactory) -> str:
-    """The chart installed (or upgraded) as release RELEASE in OPERATOR_NAMESPACE; kwok plays its pods.
+    """The chart installed (or upgraded) as release RELEASE in OPERATOR_NAMESPACE.
 
+    On the local control plane kwok plays its pods, so `--wait` proves they become Available. On another
+    cluster (KUBECONFIG) its Deployments are scaled to zero: the processes under test run here, as the chart's
+    ServiceAccounts, and in-cluster copies would compete with them (or never pull the placeholder image).
     With GYMSANDBOX_TEST_RELEASE_READY=1 the release is used as it is (test_chart_rbac.py edits its RBAC).
     """
     if os.environ.get("GYMSANDBOX_TEST_RELEASE_READY") == "1":
         return RELEASE
     values = tmp_path_factory.mktemp("chart") / "values.yaml"
     values.write_text(yaml.safe_dump(chart_values()))
+    wait = ["--wait", "--timeout", "180s"] if cluster.local else []
     result = helm(
         cluster,
         "upgrade", "--install", RELEASE, str(CHART),
-        "--namespace", OPERATOR_NAMESPACE, "--create-namespace",
-        "--values", str(values), "--wait", "--timeout", "180s",
+        "--namespace", OPERATOR_NAMESPACE, "--create-namespace", "--values", str(values), *wait,
     )  # fmt: skip
     assert result.returncode == 0, f"helm install failed:\n{result.stdout}\n{result.stderr}"
+    if not cluster.local:
+        deployments = [f"deployment/{RELEASE}-operator", f"deployment/{RELEASE}-broker"]
+        cluster.kubectl_run("scale", "--namespace", OPERATOR_NAMESPACE, "--replicas=0", *deployments)
     return RELEASE
 
 

@@ -12,7 +12,7 @@ from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
 from gymsandbox.client import GymHostFailedError, wait_ready
-from tests.integration.conftest import OPERATOR_NAMESPACE, RELEASE, Cluster, OperatorProcess
+from tests.integration.conftest import OPERATOR_NAMESPACE, RELEASE, Cluster, OperatorProcess, cluster_script
 from tests.integration.gymhosts import Hosts, apply, eventually, sample, set_path
 
 pytestmark = pytest.mark.integration
@@ -125,9 +125,7 @@ def test_network_policy_allows_exactly_dns_the_broker_and_the_allowlist(
             "to": [
                 {
                     # The chart's broker pods, in the chart's namespace.
-                    "namespaceSelector": {
-                        "matchLabels": {"kubernetes.io/metadata.name": OPERATOR_NAMESPACE}
-                    },
+                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": OPERATOR_NAMESPACE}},
                     "podSelector": {
                         "matchLabels": {
                             "app.kubernetes.io/name": "gymsandbox-broker",
@@ -224,6 +222,26 @@ def test_crash_loop_reports_the_last_log_lines_and_the_sdk_raises_with_them(
         wait_ready(NAME, namespace, timeout=10, api=api_client)
     assert failed.value.reason == "CrashLoopBackOff"
     assert failed.value.kind == "Workload"
+
+
+def test_failure_log_tail_is_read_from_the_container_log(
+    ready_sample: dict[str, Any], cluster: Cluster, core: client.CoreV1Api, namespace: str, hosts: Hosts
+) -> None:
+    """The log (pods/log, served by kwok from a file) wins over the kubelet's termination message."""
+    paths = cluster_script.Paths(cluster_script.STATE_DIR)  # type: ignore[attr-defined]
+    lines = ("loading SWE-Gym tasks", "KeyError: 'reward_model'")
+    cluster_script.enable_exec(paths, namespace, f"{NAME}-host", lines)  # type: ignore[attr-defined]
+
+    def served() -> bool:
+        try:
+            return bool(core.read_namespaced_pod_log(f"{NAME}-host", namespace, container="gym"))
+        except client.exceptions.ApiException:
+            return False
+
+    eventually(served, what="kwok serving the pod's log")
+    _patch_container_status(core, namespace, POD_FAILURES["CrashLoopBackOff"])
+    host = hosts.wait_reason(NAME, "CrashLoopBackOff", timeout=10)
+    assert host["status"]["failure"]["logsTail"] == "\n".join(lines)
 
 
 @pytest.mark.parametrize(

@@ -6,8 +6,10 @@ import base64
 from typing import Any
 
 import pytest
+from kubernetes.client.exceptions import ApiException
 
 from gymsandbox.api.names import LABEL_MANAGED_BY, MANAGED_BY
+from gymsandbox.handlers.leases import SigningKeyError, wait_for_signing_key
 from gymsandbox.leases import SIGNING_KEY_SECRET, SigningKey, key_from_secret, signing_key_secret
 from gymsandbox.leases.keys import SIGNING_KEY_DATA_KEY
 
@@ -110,3 +112,47 @@ def test_errors_never_contain_key_material() -> None:
     assert encoded not in shown
     assert short.hex() not in shown
     assert repr(short) not in shown
+
+
+class SecretReads:
+    """Answers GETs of the signing key from a script: None (404), a Secret, or an ApiException."""
+
+    def __init__(self, *answers: object) -> None:
+        self.answers = list(answers)
+        self.calls = 0
+
+    def get(self, kind: object, namespace: str, name: str) -> object:
+        assert (namespace, name) == ("gymsandbox-system", SIGNING_KEY_SECRET)
+        self.calls += 1
+        answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+def test_the_broker_waits_for_the_key_the_operator_creates() -> None:
+    reads = SecretReads(None, None, _secret())
+    key = wait_for_signing_key(reads, "gymsandbox-system", timeout=5, poll=0)  # type: ignore[arg-type]
+    assert key.kid == KEY.kid
+    assert reads.calls == 3
+
+
+def test_the_broker_gives_up_naming_the_secret_and_the_operator() -> None:
+    with pytest.raises(
+        SigningKeyError, match=r"gymsandbox-system/gymsandbox-lease-signing-key does not exist"
+    ):
+        wait_for_signing_key(SecretReads(None), "gymsandbox-system", timeout=0, poll=0)  # type: ignore[arg-type]
+
+
+def test_a_forbidden_read_is_refused_at_once_without_the_response_body() -> None:
+    denied = ApiException(status=403, reason="Forbidden")
+    denied.body = "secret material would be here"
+    with pytest.raises(SigningKeyError) as caught:
+        wait_for_signing_key(SecretReads(denied), "gymsandbox-system", timeout=60, poll=0)  # type: ignore[arg-type]
+    assert "HTTP 403 Forbidden" in str(caught.value)
+    assert "secret material" not in str(caught.value)
+
+
+def test_a_damaged_key_is_refused() -> None:
+    with pytest.raises(SigningKeyError):
+        wait_for_signing_key(SecretReads(_with_data("!!")), "gymsandbox-system", timeout=5, poll=0)  # type: ignore[arg-type]

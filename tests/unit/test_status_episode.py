@@ -119,8 +119,10 @@ def test_refusal_of_the_episode_spec_is_a_policy_failure(reason: Reason) -> None
     assert (failure.kind, failure.reason, failure.message) == (FailureKind.POLICY, reason, "why")
 
 
-@pytest.mark.parametrize("reason", [Reason.HOST_NOT_FOUND, Reason.HOST_NOT_READY])
-def test_refusal_for_want_of_a_usable_host_is_an_infrastructure_failure(reason: Reason) -> None:
+@pytest.mark.parametrize(
+    "reason", [Reason.HOST_NOT_FOUND, Reason.HOST_NOT_READY, Reason.DNS_RESOLUTION_FAILED]
+)
+def test_refusal_for_want_of_a_usable_host_or_dns_is_an_infrastructure_failure(reason: Reason) -> None:
     failure = verdict(refusal=Refusal(reason, "GymHost swe-gym-run-1 not found")).failure
     assert failure is not None
     assert (failure.kind, failure.reason) == (FailureKind.INFRASTRUCTURE, reason)

@@ -131,7 +131,7 @@ class Kube:
             query = [("container", container), ("tailLines", str(lines)), ("previous", previous)]
             try:
                 data = self._request(
-                    "GET", POD.path(namespace, pod) + "/log", accept="text/plain", query=query, timeout=5
+                    "GET", POD.path(namespace, pod) + "/log", accept="*/*", query=query, timeout=5
                 )
             except ApiException:
                 continue

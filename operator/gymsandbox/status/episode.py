@@ -12,7 +12,10 @@ from gymsandbox.status.conditions import ConditionState
 from gymsandbox.status.pod import PodFailure, pod_conditions
 
 # Refusals that depend on the host rather than the episode's own spec: infrastructure, not policy.
-HOST_REASONS = frozenset({Reason.HOST_NOT_FOUND, Reason.HOST_NOT_READY})
+# Refusals that are not the episode spec's fault: no usable host, or DNS not answering (as for a GymHost).
+INFRASTRUCTURE_REFUSALS = frozenset(
+    {Reason.HOST_NOT_FOUND, Reason.HOST_NOT_READY, Reason.DNS_RESOLUTION_FAILED}
+)
 
 
 @dataclass(frozen=True)
@@ -53,7 +56,7 @@ def _before_admission(observed: EpisodeObservation) -> EpisodeVerdict | None:
     """Refused, given up, or waiting for a slot; None once admitted."""
     if observed.refusal:
         r = observed.refusal
-        kind = FailureKind.INFRASTRUCTURE if r.reason in HOST_REASONS else FailureKind.POLICY
+        kind = FailureKind.INFRASTRUCTURE if r.reason in INFRASTRUCTURE_REFUSALS else FailureKind.POLICY
         return _verdict(
             ConditionState(ConditionType.ADMITTED, False, r.reason, r.message),
             _waiting(Reason.NOT_ACCEPTED, "the episode was not admitted"),

@@ -1,0 +1,68 @@
+"""`helm install` into the real control plane: the release deploys, its pods become Available (kwok plays the
+kubelet: the containers do not run here, see `make kind-e2e`), and an upgrade loses neither CRDs nor hosts."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from kubernetes import client
+
+from tests.integration.conftest import CHART, OPERATOR_NAMESPACE, Cluster, OperatorProcess, helm
+from tests.integration.gymhosts import Hosts, apply, sample
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def local(cluster: Cluster) -> None:
+    """Elsewhere the chart's pods need a pullable image, and conftest scales them to zero; `make kind-e2e`."""
+    if not cluster.local:
+        pytest.skip("needs the local control plane (kwok plays the chart's pods)")
+
+
+def test_the_release_is_deployed_with_available_deployments(
+    local: None, cluster: Cluster, chart_release: str, api_client: client.ApiClient
+) -> None:
+    status = helm(cluster, "status", chart_release, "--namespace", OPERATOR_NAMESPACE, "--output", "json")
+    assert status.returncode == 0, status.stderr
+    assert json.loads(status.stdout)["info"]["status"] == "deployed"
+    apps = client.AppsV1Api(api_client)
+    for name in (f"{chart_release}-operator", f"{chart_release}-broker"):
+        deployment = apps.read_namespaced_deployment(name, OPERATOR_NAMESPACE)
+        assert deployment.status.available_replicas == deployment.spec.replicas, name
+    crds = client.ApiextensionsV1Api(api_client).list_custom_resource_definition().items
+    assert {"gymhosts.gymsandbox.dev", "episodesandboxes.gymsandbox.dev"} <= {c.metadata.name for c in crds}
+
+
+def test_an_upgrade_keeps_crds_and_running_hosts(
+    local: None,
+    cluster: Cluster,
+    chart_release: str,
+    operator: OperatorProcess,
+    namespace: str,
+    hosts: Hosts,
+    api_client: client.ApiClient,
+) -> None:
+    apply(cluster, namespace, *sample())
+    hosts.wait_reason("swe-gym-run-1", "HostReady")
+    apps = client.AppsV1Api(api_client)
+    extensions = client.ApiextensionsV1Api(api_client)
+    crd_uid = extensions.read_custom_resource_definition("gymhosts.gymsandbox.dev").metadata.uid
+    broker = f"{chart_release}-broker"
+    replicas = apps.read_namespaced_deployment(broker, OPERATOR_NAMESPACE).spec.replicas
+    upgrade = [
+        "upgrade", chart_release, str(CHART), "--namespace", OPERATOR_NAMESPACE, "--reuse-values", "--wait",
+    ]  # fmt: skip
+    try:
+        result = helm(cluster, *upgrade, "--set", f"broker.replicas={replicas + 1}")
+        assert result.returncode == 0, result.stderr
+        assert apps.read_namespaced_deployment(broker, OPERATOR_NAMESPACE).spec.replicas == replicas + 1
+        assert extensions.read_custom_resource_definition("gymhosts.gymsandbox.dev").metadata.uid == crd_uid
+        host = hosts.get("swe-gym-run-1")
+        assert host is not None
+        assert host["metadata"].get("deletionTimestamp") is None
+        hosts.wait_reason("swe-gym-run-1", "HostReady")
+    finally:
+        result = helm(cluster, *upgrade, "--set", f"broker.replicas={replicas}")
+        assert result.returncode == 0, result.stderr

@@ -1,0 +1,237 @@
+"""The Helm chart, rendered by the pinned helm: lint, golden output, schema refusals, and what it promises."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gymsandbox import __version__
+from gymsandbox.chartschema import render_values_schema
+from gymsandbox.leases import SIGNING_KEY_SECRET
+from gymsandbox.policy.cluster import load_policy
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "gymsandbox-operator"
+GOLDEN = Path(__file__).parent / "golden"
+KUBE_VERSION = "1.36.3"
+RELEASE, NAMESPACE = "gymsandbox", "gymsandbox-system"
+UPDATE = os.environ.get("GYMSANDBOX_UPDATE_GOLDEN") == "1"
+
+# Values that exercise every optional branch of the templates.
+CUSTOM_VALUES: dict[str, Any] = {
+    "image": {"digest": "sha256:" + "ab" * 32, "pullPolicy": "Always"},
+    "imagePullSecrets": [{"name": "registry-creds"}],
+    "operator": {"verbose": True, "nodeSelector": {"pool": "system"}, "podAnnotations": {"team": "rl"}},
+    "broker": {"replicas": 3, "port": 9443, "tolerations": [{"key": "system", "operator": "Exists"}]},
+    "networkPolicy": {
+        "apiServer": {"cidrs": ["192.0.2.10/32"], "ports": [6443]},
+        "extraBrokerIngress": [
+            {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "trainers"}}}
+        ],
+    },
+    "policy": {"approvedImages": ["registry.example.com/gym/"], "watchNamespaces": ["evals"]},
+}
+
+
+def helm() -> Path:
+    out = subprocess.run(
+        [str(ROOT / "hack" / "build-binaries.sh")], check=True, capture_output=True, text=True
+    ).stdout
+    directories = dict(line.split("=", 1) for line in out.split())
+    return Path(directories["helm"]) / "helm"
+
+
+HELM = helm()
+
+
+def run_helm(
+    *args: str, values: dict[str, Any] | None = None, tmp: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    argv = [str(HELM), *args]
+    if values is not None:
+        assert tmp is not None
+        path = tmp / "values.yaml"
+        path.write_text(yaml.safe_dump(values))
+        argv += ["--values", str(path)]
+    return subprocess.run(argv, capture_output=True, text=True, check=False, timeout=60)
+
+
+def template(values: dict[str, Any] | None = None, tmp: Path | None = None) -> str:
+    result = run_helm(
+        "template", RELEASE, str(CHART), "--namespace", NAMESPACE, "--kube-version", KUBE_VERSION,
+        values=values, tmp=tmp,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def objects(rendered: str) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(o["kind"], o["metadata"]["name"]): o for o in yaml.safe_load_all(rendered) if o}
+
+
+def test_helm_lint_is_clean() -> None:
+    result = run_helm("lint", "--strict", "--kube-version", KUBE_VERSION, str(CHART))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "[WARNING]" not in result.stdout, result.stdout
+    assert "[ERROR]" not in result.stdout, result.stdout
+
+
+@pytest.mark.parametrize("case", ["default", "custom"])
+def test_rendering_matches_the_golden_file(case: str, tmp_path: Path) -> None:
+    rendered = template(CUSTOM_VALUES if case == "custom" else None, tmp_path)
+    golden = GOLDEN / f"chart-{case}.yaml"
+    if UPDATE:
+        golden.write_text(rendered)
+    assert rendered == golden.read_text(), (
+        f"chart output changed; if intended: GYMSANDBOX_UPDATE_GOLDEN=1 pytest {__file__}"
+    )
+
+
+BAD_VALUES = {
+    "wrong-type": ({"broker": {"replicas": "two"}}, "at '/broker/replicas': got string, want integer"),
+    "unknown-key": ({"operatr": {}}, "additional properties 'operatr' not allowed"),
+    "policy-broker-is-the-charts": ({"policy": {"broker": {"port": 1}}}, "additional properties 'broker'"),
+    "misspelt-policy-field": ({"policy": {"aprovedImages": []}}, "additional properties 'aprovedImages'"),
+    "policy-quantity-as-number": ({"policy": {"caps": {"maxCpu": 8}}}, "at '/policy/caps/maxCpu'"),
+    "profile-without-runtime-class": (
+        {"policy": {"runtimeProfiles": {"gvisor": {"nodeSelector": {}}}}},
+        "missing property 'runtimeClassName'",
+    ),
+    "digest-not-a-digest": ({"image": {"digest": "latest"}}, "at '/image/digest'"),
+    "port-out-of-range": ({"broker": {"port": 70000}}, "at '/broker/port'"),
+    "zero-replicas": ({"broker": {"replicas": 0}}, "at '/broker/replicas'"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_VALUES))
+def test_bad_values_are_refused_with_the_path_named(case: str, tmp_path: Path) -> None:
+    values, message = BAD_VALUES[case]
+    result = run_helm(
+        "template", RELEASE, str(CHART), "--kube-version", KUBE_VERSION, values=values, tmp=tmp_path
+    )
+    assert result.returncode != 0
+    assert "values don't meet the specifications of the schema" in result.stderr
+    assert message in result.stderr, result.stderr
+
+
+def test_values_schema_is_generated_from_the_models() -> None:
+    on_disk = (CHART / "values.schema.json").read_text()
+    assert on_disk == render_values_schema(), "values.schema.json drifted from the models; run `make crds`"
+
+
+def test_chart_crds_are_the_generated_crds() -> None:
+    ours = sorted(p.name for p in (ROOT / "crds").glob("*.yaml"))
+    assert sorted(p.name for p in (CHART / "crds").glob("*.yaml")) == ours
+    for name in ours:
+        assert (CHART / "crds" / name).read_bytes() == (ROOT / "crds" / name).read_bytes(), name
+
+
+@pytest.mark.parametrize("values", [None, CUSTOM_VALUES], ids=["default", "custom"])
+def test_the_rendered_policy_loads_and_points_at_this_releases_broker(
+    values: dict[str, Any] | None, tmp_path: Path
+) -> None:
+    rendered = objects(template(values, tmp_path))
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_text(rendered["ConfigMap", f"{RELEASE}-policy"]["data"]["policy.yaml"])
+    policy = load_policy(policy_file)
+    service = rendered["Service", f"{RELEASE}-broker"]
+    broker_pods = rendered["Deployment", f"{RELEASE}-broker"]["spec"]["template"]["metadata"]["labels"]
+    port = service["spec"]["ports"][0]["port"]
+    assert policy.broker.url == f"http://{RELEASE}-broker.{NAMESPACE}.svc:{port}"
+    assert policy.broker.port == port
+    assert policy.broker.namespace == NAMESPACE
+    assert dict(policy.broker.pod_selector).items() <= broker_pods.items()
+    assert service["spec"]["selector"] == dict(policy.broker.pod_selector)
+
+
+def test_default_policy_is_closed_and_names_the_usual_runtimes(tmp_path: Path) -> None:
+    rendered = objects(template())
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_text(rendered["ConfigMap", f"{RELEASE}-policy"]["data"]["policy.yaml"])
+    policy = load_policy(policy_file)
+    assert policy.approved_images == []
+    assert {name: p.runtime_class_name for name, p in policy.runtime_profiles.items()} == {
+        "kata": "kata-qemu",
+        "crun": "crun",
+    }
+
+
+def test_pods_are_restricted_and_the_operator_never_runs_twice() -> None:
+    rendered = objects(template())
+    operator = rendered["Deployment", f"{RELEASE}-operator"]["spec"]
+    assert operator["replicas"] == 1
+    assert operator["strategy"] == {"type": "Recreate"}
+    for name in ("operator", "broker"):
+        pod = rendered["Deployment", f"{RELEASE}-{name}"]["spec"]["template"]["spec"]
+        assert pod["serviceAccountName"] == f"{RELEASE}-{name}"
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        (container,) = pod["containers"]
+        assert container["image"] == f"registry.example.com/gymsandbox/gymsandbox:{__version__}"
+        assert container["securityContext"] == {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        }
+        assert container["livenessProbe"]
+        assert container["readinessProbe"]
+        assert container["resources"]["limits"]["memory"]
+
+
+def test_a_digest_wins_over_the_tag(tmp_path: Path) -> None:
+    rendered = objects(template(CUSTOM_VALUES, tmp_path))
+    (container,) = rendered["Deployment", f"{RELEASE}-broker"]["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == "registry.example.com/gymsandbox/gymsandbox@sha256:" + "ab" * 32
+
+
+def test_the_broker_may_read_only_the_signing_key_in_its_namespace() -> None:
+    role = objects(template())["Role", f"{RELEASE}-broker"]
+    assert role["metadata"]["namespace"] == NAMESPACE
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["secrets"], "resourceNames": [SIGNING_KEY_SECRET], "verbs": ["get"]}
+    ]
+
+
+def test_no_role_grants_wildcards_or_escalation() -> None:
+    for (kind, name), obj in objects(template()).items():
+        if kind not in ("ClusterRole", "Role"):
+            continue
+        for rule in obj["rules"]:
+            assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"], (name, rule)
+            assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"]), (name, rule)
+            assert "rbac.authorization.k8s.io" not in rule["apiGroups"], (name, rule)
+
+
+def test_network_policies_admit_only_managed_pods_to_the_broker_and_nothing_to_the_operator(
+    tmp_path: Path,
+) -> None:
+    rendered = objects(template(CUSTOM_VALUES, tmp_path))
+    operator = rendered["NetworkPolicy", f"{RELEASE}-operator"]["spec"]
+    assert operator["ingress"] == []
+    assert operator["policyTypes"] == ["Ingress", "Egress"]
+    broker = rendered["NetworkPolicy", f"{RELEASE}-broker"]["spec"]
+    (ingress,) = broker["ingress"]
+    assert ingress["ports"] == [{"protocol": "TCP", "port": 9443}]
+    assert ingress["from"] == [
+        {
+            "namespaceSelector": {},
+            "podSelector": {"matchLabels": {"app.kubernetes.io/managed-by": "gymsandbox"}},
+        },
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "trainers"}}},
+    ]
+    api_server = broker["egress"][1]
+    assert api_server == {
+        "ports": [{"protocol": "TCP", "port": 6443}],
+        "to": [{"ipBlock": {"cidr": "192.0.2.10/32"}}],
+    }
+
+
+def test_network_policies_can_be_turned_off(tmp_path: Path) -> None:
+    rendered = objects(template({"networkPolicy": {"enabled": False}}, tmp_path))
+    assert not [key for key in rendered if key[0] == "NetworkPolicy"]
