@@ -7,11 +7,10 @@ run that could not test anything never looks green). `make test` does not collec
 from __future__ import annotations
 
 import os
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TypeVar, cast
+from typing import cast
 
 import pytest
 from kubernetes import client, config
@@ -21,19 +20,6 @@ HINT = "run `make kind-e2e` (hack/kind-e2e.sh: kind cluster, image, chart, then 
 # Where hack/kind-e2e.sh installs the chart.
 RELEASE = os.environ.get("GYMSANDBOX_E2E_RELEASE", "gymsandbox")
 RELEASE_NAMESPACE = os.environ.get("GYMSANDBOX_E2E_NAMESPACE", "gymsandbox-system")
-T = TypeVar("T")
-
-
-def eventually(check: Callable[[], T | None], timeout: float, what: str, *, every: float = 2.0) -> T:
-    """The first truthy result of `check`, polled until `timeout` seconds; AssertionError naming `what`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(every)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -95,57 +81,15 @@ CLAIM = "gym-storage"
 
 
 @pytest.fixture
-def claim(core: client.CoreV1Api, namespace: str) -> Iterator[str]:
-    """A PersistentVolumeClaim that is Bound before the GymHost exists: a static hostPath volume on the node.
-
-    The operator creates the host pod only once the claim is Bound, and kind's default StorageClass binds at
-    the first consumer (volumeBindingMode WaitForFirstConsumer), so a dynamically provisioned claim would
-    never bind here. A pre-bound static volume (no StorageClass) keeps this test about the operator.
-    """
-    volume_name = f"{namespace}-storage"
-    volume = client.V1PersistentVolume.from_dict(
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolume",
-            "metadata": {"name": volume_name},
-            "spec": {
-                "capacity": {"storage": "1Gi"},
-                "accessModes": ["ReadWriteOnce"],
-                "persistentVolumeReclaimPolicy": "Retain",
-                "storageClassName": "",
-                "claimRef": {"namespace": namespace, "name": CLAIM},
-                "hostPath": {"path": f"/var/local/gymsandbox-e2e/{namespace}", "type": "DirectoryOrCreate"},
-            },
-        }
+def claim(core: client.CoreV1Api, namespace: str) -> str:
+    """A claim of the cluster's default StorageClass. kind's binds only once a pod uses it (volume binding
+    mode WaitForFirstConsumer), so this also checks that the operator creates the pod before it is Bound."""
+    pvc = client.V1PersistentVolumeClaim(
+        metadata=client.V1ObjectMeta(name=CLAIM),
+        spec=client.V1PersistentVolumeClaimSpec(
+            access_modes=["ReadWriteOnce"],
+            resources=client.V1VolumeResourceRequirements(requests={"storage": "1Gi"}),
+        ),
     )
-    pvc = client.V1PersistentVolumeClaim.from_dict(
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolumeClaim",
-            "metadata": {"name": CLAIM},
-            "spec": {
-                "accessModes": ["ReadWriteOnce"],
-                "storageClassName": "",
-                "volumeName": volume_name,
-                "resources": {"requests": {"storage": "1Gi"}},
-            },
-        }
-    )
-    assert volume is not None
-    assert pvc is not None
-    core.create_persistent_volume(volume)
-    try:
-        core.create_namespaced_persistent_volume_claim(namespace, pvc)
-
-        def bound() -> bool:
-            status = core.read_namespaced_persistent_volume_claim(CLAIM, namespace).status
-            return status is not None and status.phase == "Bound"
-
-        eventually(bound, 60, f"PersistentVolumeClaim {namespace}/{CLAIM} to bind to {volume_name}")
-        yield CLAIM
-    finally:
-        try:
-            core.delete_persistent_volume(volume_name)
-        except ApiException as e:
-            if e.status != 404:
-                raise
+    core.create_namespaced_persistent_volume_claim(namespace, pvc)
+    return CLAIM

@@ -4,7 +4,7 @@ Run by `make kind-e2e` (hack/kind-e2e.sh), which needs Docker, kind, helm and ku
 collects it, and it has never run on kind where this project is developed (no container engine there). It
 was dry-run through hack/kind-e2e.sh against the local kwok control plane, with docker and kind stubbed and
 the operator run from the venv: that checks the script, the chart values and these tests' logic, not the
-image, the pull of HOST_IMAGE, the RuntimeClass handler, the hostPath volume or a kubelet's probes.
+image, the pull of HOST_IMAGE, the RuntimeClass handler, the default StorageClass or a kubelet's probes.
 
 What only a real kubelet shows: the operator and broker images start and become Available under the
 chart's restricted security context (read-only root, uid 65532); a GymHost's pod is pulled, passes Pod
@@ -23,7 +23,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from gymsandbox.api.names import GROUP, LABEL_HOST, VERSION
-from tests.e2e.conftest import RELEASE, RELEASE_NAMESPACE, eventually
+from tests.e2e.conftest import RELEASE, RELEASE_NAMESPACE
+from tests.integration.gymhosts import eventually
 
 pytestmark = pytest.mark.e2e
 
@@ -96,7 +97,7 @@ def test_chart_deployment_is_available(apps: client.AppsV1Api, component: str) -
         conditions = (status.conditions if status else None) or []
         return any(c.type == "Available" and c.status == "True" for c in conditions)
 
-    eventually(available, 120, f"Deployment {RELEASE_NAMESPACE}/{name} to be Available")
+    eventually(available, timeout=120, what=f"Deployment {RELEASE_NAMESPACE}/{name} to be Available")
 
 
 def test_the_host_image_is_approved_by_the_installed_values() -> None:
@@ -128,7 +129,7 @@ def test_gymhost_becomes_ready_and_deleting_it_removes_its_children(
         return obj if obj and ready_condition(obj).get("status") == "True" else None
 
     try:
-        host = eventually(ready, READY_TIMEOUT, f"GymHost {namespace}/{HOST_NAME} to be Ready", every=3)
+        host = eventually(ready, timeout=READY_TIMEOUT, what=f"GymHost {namespace}/{HOST_NAME} to be Ready")
     except AssertionError as e:
         raise AssertionError(f"{e}; last status: {(last.get('status') or {})}") from None
 
@@ -149,4 +150,6 @@ def test_gymhost_becomes_ready_and_deleting_it_removes_its_children(
         left = {kind: len(items) for kind, items in children(core, networking, namespace).items() if items}
         return read_host(custom, namespace) is None and not left
 
-    eventually(gone, GONE_TIMEOUT, f"GymHost {namespace}/{HOST_NAME} and its children to be deleted")
+    eventually(
+        gone, timeout=GONE_TIMEOUT, what=f"GymHost {namespace}/{HOST_NAME} and its children to be deleted"
+    )

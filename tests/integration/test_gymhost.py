@@ -297,6 +297,53 @@ def test_unbound_claim_shows_as_not_ready_and_recovers_once_bound(
         cluster.kubectl_run("delete", "pv", f"pv-{namespace}", "--wait=false", check=False)
 
 
+def test_a_claim_that_binds_on_first_use_does_not_hold_up_the_pod(
+    cluster: Cluster, operator: OperatorProcess, namespace: str, hosts: Hosts, core: client.CoreV1Api
+) -> None:
+    """kind's and most clouds' default StorageClasses bind a claim only once a pod uses it."""
+    storage_class = f"first-use-{namespace}"[:63]
+    volume = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": f"pv-{namespace}"},
+        "spec": {
+            "capacity": {"storage": "10Gi"},
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": storage_class,
+            "csi": {"driver": "kwok.x-k8s.io", "volumeHandle": namespace},
+            "claimRef": {"namespace": namespace, "name": "gym-storage"},
+        },
+    }
+    first_use = {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {"name": storage_class},
+        "provisioner": "kubernetes.io/no-provisioner",
+        "volumeBindingMode": "WaitForFirstConsumer",
+    }
+    claim, host = sample()
+    claim["spec"]["storageClassName"] = storage_class
+    try:
+        apply(cluster, namespace, first_use, claim)
+
+        def claim_events() -> list[str]:
+            involving = "involvedObject.name=gym-storage"
+            return [e.reason for e in core.list_namespaced_event(namespace, field_selector=involving).items]
+
+        # The volume controller says it waits for a pod, and leaves the claim Pending.
+        eventually(lambda: "WaitForFirstConsumer" in claim_events(), what="WaitForFirstConsumer event")
+        claim_phase = core.read_namespaced_persistent_volume_claim("gym-storage", namespace).status.phase
+        assert claim_phase == "Pending"
+        apply(cluster, namespace, host)
+        eventually(lambda: hosts.children()["pods"], what="the host's pod, created before the claim is bound")
+        apply(cluster, namespace, volume)  # what a provisioner would do once the pod is scheduled
+        hosts.wait_reason(NAME, "HostReady", timeout=60)
+        assert core.read_namespaced_persistent_volume_claim("gym-storage", namespace).status.phase == "Bound"
+    finally:
+        cluster.kubectl_run("delete", "pv", f"pv-{namespace}", "--wait=false", check=False)
+        cluster.kubectl_run("delete", "storageclass", storage_class, "--wait=false", check=False)
+
+
 @pytest.mark.parametrize("child", ["pod", "secret", "networkpolicy", "service"])
 def test_deleted_child_comes_back(
     ready_sample: dict[str, Any], cluster: Cluster, namespace: str, hosts: Hosts, child: str

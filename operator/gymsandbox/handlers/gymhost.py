@@ -47,6 +47,7 @@ from gymsandbox.handlers.kube import (
     PVC,
     RUNTIME_CLASS,
     SERVICE,
+    STORAGE_CLASS,
     ChildConflictError,
     Kube,
     create_or_adopt,
@@ -114,15 +115,27 @@ def ensure_service(kube: Kube, owner: Owner, spec: GymHostSpec) -> Manifest:
 
 
 def claim_problem(kube: Kube, namespace: str, spec: GymHostSpec) -> str | None:
+    """Why the pod cannot be created yet: a claim missing, or unbound and not about to bind for the pod."""
     claims = [spec.storage.claim_name] + ([spec.storage.dataset.claim_name] if spec.storage.dataset else [])
     for name in claims:
         claim = kube.get(PVC, namespace, name)
         if claim is None:
             return f"PersistentVolumeClaim {name} does not exist"
-        phase = (claim.get("status") or {}).get("phase")
+        phase = (claim.get("status") or {}).get("phase") or "Pending"
+        if phase == "Pending" and binds_on_first_use(kube, claim):
+            continue  # the pod is that first consumer: creating it is what binds the claim
         if phase != "Bound":
-            return f"PersistentVolumeClaim {name} is {phase or 'Pending'}, not Bound"
+            return f"PersistentVolumeClaim {name} is {phase}, not Bound"
     return None
+
+
+def binds_on_first_use(kube: Kube, claim: Mapping[str, Any]) -> bool:
+    """The claim's StorageClass binds only once a pod uses it (kind's, and most clouds' defaults)."""
+    class_name = (claim.get("spec") or {}).get("storageClassName")
+    if not class_name:
+        return False
+    storage_class = kube.get(STORAGE_CLASS, None, class_name)
+    return storage_class is not None and storage_class.get("volumeBindingMode") == "WaitForFirstConsumer"
 
 
 def ensure_pod(kube: Kube, owner: Owner, desired: Manifest) -> Manifest | None:

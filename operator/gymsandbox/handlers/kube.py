@@ -49,6 +49,7 @@ SERVICE = Kind("v1", "services")
 PVC = Kind("v1", "persistentvolumeclaims")
 NETWORK_POLICY = Kind("networking.k8s.io/v1", "networkpolicies")
 RUNTIME_CLASS = Kind("node.k8s.io/v1", "runtimeclasses", namespaced=False)
+STORAGE_CLASS = Kind("storage.k8s.io/v1", "storageclasses", namespaced=False)
 GYMHOST = Kind("gymsandbox.dev/v1alpha1", "gymhosts")
 EPISODE = Kind("gymsandbox.dev/v1alpha1", "episodesandboxes")
 
