@@ -24,6 +24,9 @@ from tests.integration.gymhosts import Hosts
 
 ROOT = Path(__file__).resolve().parents[2]
 LOG_TAIL_LINES = 15
+# Processes the tests start get SIGTERM when this pytest dies, even without teardown (a killed run), so no
+# operator or broker outlives its session and acts on a later run's objects. util-linux, Essential in Debian.
+DIE_WITH_PARENT = ["setpriv", "--pdeathsig", "TERM", "--"]
 
 
 def _load_cluster_script() -> object:
@@ -256,7 +259,9 @@ class OperatorProcess:
         for pattern in namespaces:
             argv += ["--namespace", pattern]
         with log.open("ab") as out:
-            process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
+            process = subprocess.Popen(
+                [*DIE_WITH_PARENT, *argv], stdout=out, stderr=subprocess.STDOUT, env=env
+            )
         handle = cls(process, log)
         deadline = time.monotonic() + 30
         # Watching begins with gymhosts (cluster-wide) or with namespaces (when given patterns).
@@ -348,7 +353,9 @@ class BrokerProcess:
         argv = [str(Path(sys.executable).parent / "gymsandbox"), "broker", "--policy", str(policy_file)]
         argv += ["--operator-namespace", OPERATOR_NAMESPACE, "--listen", f"127.0.0.1:{port}"]
         with log.open("ab") as out:
-            process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
+            process = subprocess.Popen(
+                [*DIE_WITH_PARENT, *argv], stdout=out, stderr=subprocess.STDOUT, env=env
+            )
         handle = cls(process, f"http://127.0.0.1:{port}", log)
         deadline = time.monotonic() + 30
         while not handle.healthy():

@@ -26,6 +26,7 @@ from tests.integration.conftest import (
     ROOT,
     Cluster,
     Identities,
+    OperatorProcess,
     chart_values,
     helm,
 )
@@ -153,6 +154,18 @@ def test_the_operator_cannot_exec_or_grant_itself_more(
         namespace,
         command=["true"],
     )
+
+
+def test_the_operator_logs_no_permission_errors(
+    cluster: Cluster, operator: OperatorProcess, namespace: str, hosts: Hosts
+) -> None:
+    """Nothing the operator does is denied, not even what kopf retries and survives (its CRD scan)."""
+    apply(cluster, namespace, *sample())
+    hosts.wait_reason("swe-gym-run-1", "HostReady")
+    denied = [
+        line for line in operator.output().splitlines() if re.search(r"APIForbiddenError|\(403\)", line)
+    ]
+    assert denied == []
 
 
 # --- needed: each rule, removed, fails the test it names -----------------------------------------------

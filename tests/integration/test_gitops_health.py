@@ -20,9 +20,19 @@ pytestmark = pytest.mark.integration
 NAME = "swe-gym-run-1"
 
 
+def judged(live: Mapping[str, Any]) -> Health:
+    """The script's verdict on a live object the operator has written, which kstatus must share: Degraded
+    exactly when Stalled=True (Flux: Failed), Progressing exactly when Reconciling=True (Flux: InProgress)."""
+    health = assess(live)
+    conditions = {c["type"]: c["status"] for c in live["status"]["conditions"]}
+    assert (conditions["Stalled"] == "True") is (health.status == "Degraded"), conditions
+    assert (conditions["Reconciling"] == "True") is (health.status == "Progressing"), conditions
+    return health
+
+
 def host_health(hosts: Hosts, reason: str) -> Health:
     """Wait for Ready's `reason`, then judge the GymHost as read back from the API server."""
-    return assess(hosts.wait_reason(NAME, reason, timeout=30))
+    return judged(hosts.wait_reason(NAME, reason, timeout=30))
 
 
 def apply_sample(cluster: Cluster, namespace: str, changes: Mapping[str, Any] | None = None) -> None:
@@ -160,7 +170,7 @@ def test_refused_episode_is_degraded(
     hosts.wait_reason(NAME, "HostReady")
     episodes.create(episode("outsider", image="registry.example.com/episodes/other:1"))
     eventually(lambda: episodes.ready_reason("outsider") == "ImageNotApproved", timeout=20, what="refusal")
-    health = assess(episodes.get("outsider") or {})
+    health = judged(episodes.get("outsider") or {})
     assert health.status == "Degraded"
     assert health.message.startswith("ImageNotApproved: ")
     assert "registry.example.com/episodes/other:1" in health.message

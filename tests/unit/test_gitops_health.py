@@ -202,6 +202,8 @@ def live(kind: str, conditions: list[ConditionState], failed: PodFailure | None)
 def test_health_of_host_statuses_the_operator_computes(observation: HostObservation, expected: str) -> None:
     verdict = compute_host_conditions(observation)
     assert assess(live("GymHost", verdict.conditions, verdict.failure)).status == expected
+    # kstatus (Flux) draws the same line through the Stalled condition.
+    assert {c.type: c.status for c in verdict.conditions}["Stalled"] is (expected == "Degraded")
 
 
 @pytest.mark.parametrize(
@@ -223,3 +225,4 @@ def test_health_of_episode_statuses_the_operator_computes(
 ) -> None:
     verdict = compute_episode_conditions(observation)
     assert assess(live("EpisodeSandbox", verdict.conditions, verdict.failure)).status == expected
+    assert {c.type: c.status for c in verdict.conditions}["Stalled"] is (expected == "Degraded")

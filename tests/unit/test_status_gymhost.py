@@ -116,12 +116,14 @@ def ready_of(observation: HostObservation) -> ConditionState:
 
 
 @pytest.mark.parametrize("observation", OBSERVATIONS.values(), ids=OBSERVATIONS.keys())
-def test_verdict_always_has_the_four_condition_types_in_order(observation: HostObservation) -> None:
+def test_verdict_always_has_the_six_condition_types_in_order(observation: HostObservation) -> None:
     assert [c.type for c in compute_host_conditions(observation).conditions] == [
         ConditionType.ACCEPTED,
         ConditionType.EGRESS_READY,
         ConditionType.POD_SCHEDULED,
         ConditionType.READY,
+        ConditionType.RECONCILING,
+        ConditionType.STALLED,
     ]
 
 
@@ -258,13 +260,15 @@ def test_ready_pod_makes_the_host_ready() -> None:
     assert (ready.status, ready.reason) == (True, Reason.HOST_READY)
 
 
-def test_ready_host_has_every_condition_true() -> None:
+def test_ready_host_has_every_condition_true_and_is_neither_reconciling_nor_stalled() -> None:
     verdict = compute_host_conditions(HostObservation(pod=READY_POD))
     assert [(c.status, c.reason) for c in verdict.conditions] == [
         (True, Reason.ACCEPTED),
         (True, Reason.EGRESS_APPLIED),
         (True, Reason.SCHEDULED),
         (True, Reason.HOST_READY),
+        (False, Reason.HOST_READY),
+        (False, Reason.HOST_READY),
     ]
 
 

@@ -11,6 +11,9 @@ class ConditionType(StrEnum):
     POD_SCHEDULED = "PodScheduled"  # the pod is bound to a node of its runtime
     READY = "Ready"  # summary: the host serves on status.endpoint / the episode sandbox is usable
     ADMITTED = "Admitted"  # the episode holds one of its host's concurrency slots
+    # kstatus (Flux): True while the operator is still working towards Ready / when only a spec change helps
+    RECONCILING = "Reconciling"
+    STALLED = "Stalled"
 
 
 class Reason(StrEnum):

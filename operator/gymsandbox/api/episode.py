@@ -190,7 +190,9 @@ class EpisodeSandboxStatus(Model):
     """Observed state. Ready is the summary; Admitted says whether the episode holds a slot or waits."""
 
     observed_generation: int | None = Field(None, description="The generation the status was computed from.")
-    conditions: Conditions = Field(default_factory=list, description="Admitted, PodScheduled, Ready.")
+    conditions: Conditions = Field(
+        default_factory=list, description="Admitted, PodScheduled, Ready, Reconciling, Stalled."
+    )
     queue_position: int | None = Field(None, ge=1, description="1 for the next episode to be admitted.")
     admitted_at: datetime | None = Field(None, description="When the episode took a concurrency slot.")
     expires_at: datetime | None = Field(

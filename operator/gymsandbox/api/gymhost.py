@@ -288,7 +288,7 @@ class GymHostStatus(Model):
 
     observed_generation: int | None = Field(None, description="The generation the status was computed from.")
     conditions: Conditions = Field(
-        default_factory=list, description="Accepted, EgressReady, PodScheduled, Ready."
+        default_factory=list, description="Accepted, EgressReady, PodScheduled, Ready, Reconciling, Stalled."
     )
     endpoint: str | None = Field(None, description="http://service.namespace.svc:port once Ready.")
     pod_name: str | None = Field(None, description="The host pod.")

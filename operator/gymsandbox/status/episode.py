@@ -10,6 +10,7 @@ from gymsandbox.api.conditions import ConditionType, FailureKind, Reason
 from gymsandbox.policy.admission import Refusal
 from gymsandbox.status.conditions import ConditionState
 from gymsandbox.status.pod import PodFailure, pod_conditions
+from gymsandbox.status.progress import progress_conditions
 
 # Refusals that depend on the host rather than the episode's own spec: infrastructure, not policy.
 # Refusals that are not the episode spec's fault: no usable host, or DNS not answering (as for a GymHost).
@@ -41,7 +42,7 @@ def _verdict(
     ready: ConditionState,
     failure: PodFailure | None = None,
 ) -> EpisodeVerdict:
-    return EpisodeVerdict([admitted, scheduled, ready], failure)
+    return EpisodeVerdict([admitted, scheduled, ready, *progress_conditions(ready, failure)], failure)
 
 
 def _waiting(reason: Reason, message: str) -> ConditionState:

@@ -10,6 +10,7 @@ from gymsandbox.api.conditions import ConditionType, FailureKind, Reason
 from gymsandbox.policy.admission import Refusal
 from gymsandbox.status.conditions import ConditionState
 from gymsandbox.status.pod import PodFailure, pod_conditions
+from gymsandbox.status.progress import progress_conditions
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,7 @@ def _verdict(
     ready: ConditionState,
     failure: PodFailure | None = None,
 ) -> HostVerdict:
-    return HostVerdict([accepted, egress, scheduled, ready], failure)
+    return HostVerdict([accepted, egress, scheduled, ready, *progress_conditions(ready, failure)], failure)
 
 
 def compute_host_conditions(observed: HostObservation) -> HostVerdict:
