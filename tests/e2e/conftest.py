@@ -83,7 +83,7 @@ CLAIM = "gym-storage"
 @pytest.fixture
 def claim(core: client.CoreV1Api, namespace: str) -> str:
     """A claim of the cluster's default StorageClass. kind's binds only once a pod uses it (volume binding
-    mode WaitForFirstConsumer), so this also checks that the operator creates the pod before it is Bound."""
+    mode WaitForFirstConsumer), so this also checks that the claim does not stop the host from starting."""
     pvc = client.V1PersistentVolumeClaim(
         metadata=client.V1ObjectMeta(name=CLAIM),
         spec=client.V1PersistentVolumeClaimSpec(

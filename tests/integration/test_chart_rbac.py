@@ -159,11 +159,12 @@ def test_the_operator_cannot_exec_or_grant_itself_more(
 def test_the_operator_logs_no_permission_errors(
     cluster: Cluster, operator: OperatorProcess, namespace: str, hosts: Hosts
 ) -> None:
-    """Nothing the operator does is denied, not even what kopf retries and survives (its CRD scan)."""
+    """RBAC denies the operator nothing, not even what kopf retries and survives (its CRD scan). (A 403 for
+    creating in a terminating namespace is admission, not RBAC, and expected.)"""
     apply(cluster, namespace, *sample())
     hosts.wait_reason("swe-gym-run-1", "HostReady")
     denied = [
-        line for line in operator.output().splitlines() if re.search(r"APIForbiddenError|\(403\)", line)
+        line for line in operator.output().splitlines() if re.search(r"is forbidden: User .* cannot ", line)
     ]
     assert denied == []
 
