@@ -14,7 +14,8 @@ from typing import cast
 
 import pytest
 from kubernetes import client, config
-from kubernetes.client.exceptions import ApiException
+
+from tests.namespaces import restricted_namespace
 
 HINT = "run `make kind-e2e` (hack/kind-e2e.sh: kind cluster, image, chart, then these tests with KUBECONFIG)"
 # Where hack/kind-e2e.sh installs the chart.
@@ -63,18 +64,7 @@ def networking(api_client: client.ApiClient) -> client.NetworkingV1Api:
 @pytest.fixture
 def namespace(core: client.CoreV1Api) -> Iterator[str]:
     """A fresh namespace that enforces Pod Security `restricted`, deleted afterwards."""
-    name = f"e2e-{uuid.uuid4().hex[:8]}"
-    labels = {
-        "pod-security.kubernetes.io/enforce": "restricted",
-        "pod-security.kubernetes.io/enforce-version": "latest",
-    }
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels=labels)))
-    yield name
-    try:
-        core.delete_namespace(name)
-    except ApiException as e:
-        if e.status != 404:
-            raise
+    yield from restricted_namespace(core, f"e2e-{uuid.uuid4().hex[:8]}")
 
 
 CLAIM = "gym-storage"

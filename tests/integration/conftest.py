@@ -21,6 +21,7 @@ import yaml
 from kubernetes import client, config
 
 from tests.integration.gymhosts import Hosts
+from tests.namespaces import restricted_namespace
 
 ROOT = Path(__file__).resolve().parents[2]
 LOG_TAIL_LINES = 15
@@ -111,18 +112,7 @@ def namespace(request: pytest.FixtureRequest, core: client.CoreV1Api) -> Iterato
 
 
 def _fresh_namespace(request: pytest.FixtureRequest, core: client.CoreV1Api, prefix: str) -> Iterator[str]:
-    name = _namespace_name(request.node.nodeid, prefix)
-    labels = {
-        "pod-security.kubernetes.io/enforce": "restricted",
-        "pod-security.kubernetes.io/enforce-version": "latest",
-    }
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels=labels)))
-    yield name
-    try:
-        core.delete_namespace(name)
-    except client.exceptions.ApiException as e:
-        if e.status != 404:  # a test may have deleted it itself
-            raise
+    yield from restricted_namespace(core, _namespace_name(request.node.nodeid, prefix))
 
 
 @pytest.fixture

@@ -270,6 +270,22 @@ def test_infrastructure_problem_shows_as_not_ready_with_its_reason(
     assert bool(hosts.children()["pods"]) is pod_created
 
 
+def volume_for_the_claim(namespace: str, storage_class: str) -> dict[str, Any]:
+    """A PersistentVolume kept for the sample's claim `gym-storage` (deleted by the test, cluster-scoped)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": f"pv-{namespace}"},
+        "spec": {
+            "capacity": {"storage": "10Gi"},
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": storage_class,
+            "csi": {"driver": "kwok.x-k8s.io", "volumeHandle": namespace},
+            "claimRef": {"namespace": namespace, "name": "gym-storage"},
+        },
+    }
+
+
 def test_unbound_claim_shows_as_not_ready_and_recovers_once_bound(
     cluster: Cluster, operator: OperatorProcess, namespace: str, hosts: Hosts
 ) -> None:
@@ -278,19 +294,7 @@ def test_unbound_claim_shows_as_not_ready_and_recovers_once_bound(
     apply(cluster, namespace, claim, host)
     obj = hosts.wait_reason(NAME, "PersistentVolumeClaimNotBound")
     assert "gym-storage" in obj["status"]["failure"]["message"]
-    volume = {
-        "apiVersion": "v1",
-        "kind": "PersistentVolume",
-        "metadata": {"name": f"pv-{namespace}"},
-        "spec": {
-            "capacity": {"storage": "10Gi"},
-            "accessModes": ["ReadWriteOnce"],
-            "storageClassName": "manual",
-            "csi": {"driver": "kwok.x-k8s.io", "volumeHandle": namespace},
-            "claimRef": {"namespace": namespace, "name": "gym-storage"},
-        },
-    }
-    apply(cluster, namespace, volume)
+    apply(cluster, namespace, volume_for_the_claim(namespace, "manual"))
     try:
         hosts.wait_reason(NAME, "HostReady", timeout=60)
     finally:
@@ -303,18 +307,6 @@ def test_a_claim_that_binds_on_first_use_is_not_reported_as_a_failure(
     """kind's and most clouds' default StorageClasses bind a claim only once a pod uses it: until then the
     host is starting (PodNotReady), not failing (PersistentVolumeClaimNotBound would make the SDK give up)."""
     storage_class = f"first-use-{namespace}"[:63]
-    volume = {
-        "apiVersion": "v1",
-        "kind": "PersistentVolume",
-        "metadata": {"name": f"pv-{namespace}"},
-        "spec": {
-            "capacity": {"storage": "10Gi"},
-            "accessModes": ["ReadWriteOnce"],
-            "storageClassName": storage_class,
-            "csi": {"driver": "kwok.x-k8s.io", "volumeHandle": namespace},
-            "claimRef": {"namespace": namespace, "name": "gym-storage"},
-        },
-    }
     first_use = {
         "apiVersion": "storage.k8s.io/v1",
         "kind": "StorageClass",
@@ -341,7 +333,8 @@ def test_a_claim_that_binds_on_first_use_is_not_reported_as_a_failure(
         assert (
             core.read_namespaced_persistent_volume_claim("gym-storage", namespace).status.phase == "Pending"
         )
-        apply(cluster, namespace, volume)  # what the provisioner does for the node the scheduler picked
+        # What the provisioner does for the node the scheduler picked.
+        apply(cluster, namespace, volume_for_the_claim(namespace, storage_class))
         hosts.wait_reason(NAME, "HostReady", timeout=60)
         assert core.read_namespaced_persistent_volume_claim("gym-storage", namespace).status.phase == "Bound"
     finally:
