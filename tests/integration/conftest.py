@@ -290,7 +290,10 @@ def policy_file(core: client.CoreV1Api, chart_release: str, tmp_path_factory: py
 
 @pytest.fixture(scope="session")
 def operator(
-    identities: Identities, policy_file: Path, tmp_path_factory: pytest.TempPathFactory
+    identities: Identities,
+    policy_file: Path,
+    api_client: client.ApiClient,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[OperatorProcess]:
     """The operator for ordinary tests, as the chart's operator ServiceAccount: every `t-*` namespace."""
     handle = OperatorProcess.launch(
@@ -301,6 +304,7 @@ def operator(
     )
     yield handle
     handle.stop()
+    release_finalizers(api_client, (f"{SHARED_PREFIX}-",))  # the last tests' namespaces may still be going
 
 
 @pytest.fixture
@@ -309,9 +313,27 @@ def own_namespace(request: pytest.FixtureRequest, core: client.CoreV1Api) -> Ite
     yield from _fresh_namespace(request, core, OWN_PREFIX)
 
 
+def release_finalizers(api: client.ApiClient, namespace_prefixes: tuple[str, ...]) -> None:
+    """Drop our finalizer from objects in namespaces no operator watches any more, so that deleting those
+    namespaces completes instead of leaving them Terminating on a reused cluster."""
+    custom = client.CustomObjectsApi(api)
+    for plural in ("gymhosts", "episodesandboxes"):
+        for item in custom.list_cluster_custom_object("gymsandbox.dev", "v1alpha1", plural)["items"]:
+            meta = item["metadata"]
+            if meta["namespace"].startswith(namespace_prefixes) and meta.get("finalizers"):
+                custom.patch_namespaced_custom_object(
+                    "gymsandbox.dev", "v1alpha1", meta["namespace"], plural, meta["name"],
+                    {"metadata": {"finalizers": None}},
+                )  # fmt: skip
+
+
 @pytest.fixture
 def start_operator(
-    identities: Identities, policy_file: Path, own_namespace: str, tmp_path: Path
+    identities: Identities,
+    policy_file: Path,
+    own_namespace: str,
+    api_client: client.ApiClient,
+    tmp_path: Path,
 ) -> Iterator[Any]:
     """Start (and restart) an operator that watches only `own_namespace`; all are stopped at the end."""
     started: list[OperatorProcess] = []
@@ -326,6 +348,7 @@ def start_operator(
     yield start
     for handle in started:
         handle.stop()
+    release_finalizers(api_client, (own_namespace,))
 
 
 @dataclass

@@ -29,6 +29,7 @@ from tests.integration.conftest import (
     OperatorProcess,
     chart_values,
     helm,
+    release_finalizers,
 )
 from tests.integration.gymhosts import Hosts, apply, sample
 
@@ -215,22 +216,6 @@ def _roles(api: client.ApiClient, rule: Rule) -> tuple[object, object]:
     )
 
 
-def _release_stuck_objects(api: client.ApiClient) -> None:
-    """An operator that lost a rule may leave finalizers behind in the child namespaces: drop them."""
-    custom = client.CustomObjectsApi(api)
-    for plural in ("gymhosts", "episodesandboxes"):
-        items = custom.list_cluster_custom_object("gymsandbox.dev", "v1alpha1", plural)["items"]
-        for item in items:
-            meta = item["metadata"]
-            if meta["namespace"].startswith(tuple(f"{p}-" for p in AUDIT_PREFIXES)) and meta.get(
-                "finalizers"
-            ):
-                custom.patch_namespaced_custom_object(
-                    "gymsandbox.dev", "v1alpha1", meta["namespace"], plural, meta["name"],
-                    {"metadata": {"finalizers": None}},
-                )  # fmt: skip
-
-
 def test_with_every_rule_the_named_tests_pass(audit_release: str, tmp_path: Path) -> None:
     """The control: the failures below come from the removed rule, not from the audit set-up."""
     nodeids = sorted({rule.needed_by for rule in RULES})
@@ -253,7 +238,8 @@ def test_without_this_rule_the_named_test_fails(
         role, replace = _roles(api_client, rule)
         role.rules = [*(role.rules or [])[: rule.index], removed, *(role.rules or [])[rule.index :]]  # type: ignore[attr-defined]
         replace(role)  # type: ignore[operator]
-        _release_stuck_objects(api_client)
+        # An operator that lost a rule may leave finalizers behind in the child's namespaces.
+        release_finalizers(api_client, tuple(f"{prefix}-" for prefix in AUDIT_PREFIXES))
     assert result.returncode == 1, (
         f"{rule.needed_by} did not fail without {removed}:\n{result.stdout[-3000:]}"
     )
