@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from gymsandbox import __version__
+from gymsandbox.broker.server import SIGNING_KEY_WAIT_SECONDS
 from gymsandbox.chartschema import render_values_schema
 from gymsandbox.leases import SIGNING_KEY_SECRET
 from gymsandbox.policy.cluster import load_policy
@@ -182,6 +183,9 @@ def test_pods_are_restricted_and_the_operator_never_runs_twice() -> None:
         assert container["livenessProbe"]
         assert container["readinessProbe"]
         assert container["resources"]["limits"]["memory"]
+    (broker,) = rendered["Deployment", f"{RELEASE}-broker"]["spec"]["template"]["spec"]["containers"]
+    startup = broker["startupProbe"]  # it listens only once it has the key it may wait for
+    assert startup["periodSeconds"] * startup["failureThreshold"] > SIGNING_KEY_WAIT_SECONDS
 
 
 def test_a_digest_wins_over_the_tag(tmp_path: Path) -> None:
