@@ -16,9 +16,14 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture
 def local(cluster: Cluster) -> None:
-    """Elsewhere the chart's pods need a pullable image, and conftest scales them to zero; `make kind-e2e`."""
+    """Only the local control plane runs the chart's pods whatever their image (kwok plays them). On another
+    cluster conftest scales them to zero, since the chart's default image is a placeholder; there, `make
+    kind-e2e` (tests/e2e) checks the chart's pods with a real image instead."""
     if not cluster.local:
-        pytest.skip("needs the local control plane (kwok plays the chart's pods)")
+        pytest.skip(
+            "KUBECONFIG's cluster: the chart's pods are scaled to zero (placeholder image); "
+            "tests/e2e checks them with a real image"
+        )
 
 
 def test_the_release_is_deployed_with_available_deployments(
