@@ -31,6 +31,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 STATE_DIR = Path(os.environ.get("GYMSANDBOX_CLUSTER_DIR", ROOT / ".cluster"))
@@ -40,6 +41,9 @@ HACK = ROOT / "hack"
 RUNTIME_LABEL = "gymsandbox.dev/runtime"
 NODES = {"kwok-kata-0": "kata", "kwok-crun-0": "crun"}
 RUNTIME_CLASSES = {"kata-qemu": "kata", "crun": "crun"}
+# The real node (hack/node.py) carries this taint; pods of a RuntimeClass here tolerate it; others stay on
+# the kwok nodes.
+REAL_NODE_TAINT = "gymsandbox.dev/real-node"
 # kwok's stock stages: nodes become Ready and keep a lease; scheduled pods become Running and Ready;
 # claims of the default StorageClass `kwok-volume` get a volume and bind.
 KWOK_STAGE_SETS = ["node/fast", "node/heartbeat-with-lease", "pod/fast", "volume/fast"]
@@ -137,6 +141,8 @@ def make_pki(pki: Path) -> dict[str, str]:
     )
     # kwok's kubelet server (exec, logs), so the API server can verify whom it sends exec streams to.
     serving_cert(pki, "kwok", "kwok-kubelet", "IP:127.0.0.1")
+    # The API server's identity towards kubelets (exec, logs): the real node accepts no anonymous client.
+    issue_cert(pki, "kubelet-client", "/CN=kube-apiserver-kubelet-client", "clientAuth")
     openssl("genrsa", "-out", str(pki / "sa.key"), "2048")
     openssl("rsa", "-in", str(pki / "sa.key"), "-pubout", "-out", str(pki / "sa.pub"))
     users = {
@@ -155,10 +161,15 @@ def make_pki(pki: Path) -> dict[str, str]:
 
 def serving_cert(pki: Path, name: str, common_name: str, alt_names: str) -> None:
     """NAME.crt and NAME.key: a TLS server certificate for `alt_names`, signed by the cluster CA."""
+    issue_cert(pki, name, f"/CN={common_name}", "serverAuth", alt_names)
+
+
+def issue_cert(pki: Path, name: str, subject: str, usage: str, alt_names: str = "") -> None:
+    """NAME.crt and NAME.key in `pki`, signed by the cluster CA: `usage` is serverAuth or clientAuth."""
     ext = pki / f"{name}.ext"
     ext.write_text(
         "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
-        f"extendedKeyUsage=serverAuth\nsubjectAltName={alt_names}\n"
+        f"extendedKeyUsage={usage}\n" + (f"subjectAltName={alt_names}\n" if alt_names else "")
     )
     openssl(
         "req",
@@ -166,7 +177,7 @@ def serving_cert(pki: Path, name: str, common_name: str, alt_names: str) -> None
         "rsa:2048",
         "-nodes",
         "-subj",
-        f"/CN={common_name}",
+        subject,
         "-keyout",
         str(pki / f"{name}.key"),
         "-out",
@@ -189,6 +200,7 @@ def serving_cert(pki: Path, name: str, common_name: str, alt_names: str) -> None
         "-out",
         str(pki / f"{name}.crt"),
     )
+    (pki / f"{name}.key").chmod(0o600)
 
 
 def write_kubeconfig(path: Path, server: str, ca: Path, token: str, user: str) -> None:
@@ -328,9 +340,14 @@ def kwok_crds() -> str:
     return "---\n".join(docs)
 
 
-def cluster_objects() -> str:
+def kwok_nodes(real_node: bool) -> dict[str, str]:
+    """The fake nodes: with the real node up, `crun` pods run there for real instead of on kwok-crun-0."""
+    return {name: runtime for name, runtime in NODES.items() if not (real_node and runtime == "crun")}
+
+
+def cluster_objects(real_node: bool) -> str:
     docs = []
-    for node, runtime in NODES.items():
+    for node, runtime in kwok_nodes(real_node).items():
         docs.append(
             textwrap.dedent(f"""\
             apiVersion: v1
@@ -361,9 +378,19 @@ def cluster_objects() -> str:
             scheduling:
               nodeSelector:
                 {RUNTIME_LABEL}: {runtime}
+              tolerations:
+              - {{key: {REAL_NODE_TAINT}, operator: Equal, value: "true", effect: NoSchedule}}
             """)
         )
     return "---\n".join(docs)
+
+
+def node_script() -> Any:
+    """hack/node.py (the real node), imported on first use: it imports this file in turn."""
+    sys.path.insert(0, str(HACK))
+    import node  # noqa: PLC0415 - hack/ is not a package, and node.py imports this module
+
+    return node
 
 
 def up(paths: Paths) -> None:
@@ -371,6 +398,7 @@ def up(paths: Paths) -> None:
         log(f"reusing the running cluster; KUBECONFIG={paths.kubeconfig}")
         return
     down(paths, quiet=True)
+    real_node = real_node_wanted()
     bins = binaries()
     paths.root.mkdir(parents=True, exist_ok=True)
     paths.logs.mkdir(parents=True, exist_ok=True)
@@ -384,7 +412,7 @@ def up(paths: Paths) -> None:
         )
     write_kubeconfig(paths.kubeconfig, server, pki / "ca.crt", tokens["admin"], "admin")
     pids: dict[str, int] = {}
-    state = {"pids": pids, "ports": ports, "server": server}
+    state = {"pids": pids, "ports": ports, "server": server, "real_node": real_node}
 
     def save() -> None:
         paths.state.write_text(json.dumps(state, indent=2))
@@ -431,6 +459,8 @@ def up(paths: Paths) -> None:
                 # exec and logs go to the node's kubelet, here kwok on 127.0.0.1 (the fake nodes have no
                 # other address); verify its certificate rather than trust whoever holds the port.
                 f"--kubelet-certificate-authority={pki / 'ca.crt'}",
+                f"--kubelet-client-certificate={pki / 'kubelet-client.crt'}",
+                f"--kubelet-client-key={pki / 'kubelet-client.key'}",
                 "--kubelet-preferred-address-types=InternalIP",
                 "--allow-privileged=true",
                 "--endpoint-reconciler-type=none",
@@ -517,10 +547,12 @@ def up(paths: Paths) -> None:
             "apply",
             "-f",
             "-",
-            stdin="\n---\n".join([cluster_objects(), *kwok_objects]),
+            stdin="\n---\n".join([cluster_objects(real_node), *kwok_objects]),
         )
-        wait_until("nodes Ready", lambda: _nodes_ready(bins, paths), 120, pids)
+        wait_until("nodes Ready", lambda: _nodes_ready(bins, paths, len(kwok_nodes(real_node))), 120, pids)
         wait_until("service accounts", lambda: _default_sa_exists(bins, paths), 120, pids)
+        if real_node:
+            node_script().up(paths)
     except BaseException:
         log(f"start-up failed; logs are in {paths.logs}")
         down(paths, quiet=True, keep_logs=True)
@@ -537,7 +569,7 @@ def _http_ok(url: str) -> bool:
         return False
 
 
-def _nodes_ready(bins: dict[str, Path], paths: Paths) -> bool:
+def _nodes_ready(bins: dict[str, Path], paths: Paths, count: int) -> bool:
     out = kubectl(
         bins,
         paths.kubeconfig,
@@ -547,7 +579,20 @@ def _nodes_ready(bins: dict[str, Path], paths: Paths) -> bool:
         'jsonpath={range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\\n"}{end}',
     )
     statuses = out.split()
-    return len(statuses) == len(NODES) and all(s == "True" for s in statuses)
+    return len(statuses) == count and all(s == "True" for s in statuses)
+
+
+def real_node_wanted() -> bool:
+    """Whether `up` starts the real node: asked for (GYMSANDBOX_REAL_NODE, default on) and possible here."""
+    node = node_script()
+    if not node.enabled():
+        log("GYMSANDBOX_REAL_NODE=0: no real node; kwok nodes only")
+        return False
+    why = node.missing_capability()
+    if why:
+        log(f"no real node on this machine ({why}); carrying on with kwok nodes only")
+        return False
+    return True
 
 
 def _default_sa_exists(bins: dict[str, Path], paths: Paths) -> bool:
@@ -608,6 +653,8 @@ def status(paths: Paths) -> bool:
     state = json.loads(paths.state.read_text())
     if not all(alive(pid) for pid in state["pids"].values()):
         return False
+    if state.get("real_node") and not node_script().running(paths):
+        return False
     token = _admin_token(paths)
     return https_ok(f"{state['server']}/readyz", paths.pki / "ca.crt", token)
 
@@ -620,6 +667,7 @@ def _admin_token(paths: Paths) -> str | None:
 
 
 def down(paths: Paths, *, quiet: bool = False, keep_logs: bool = False) -> None:
+    node_script().down(paths)  # before the control plane: it drains the node's pods through the API
     if paths.state.exists():
         state = json.loads(paths.state.read_text())
         # Stop in reverse start order: nodes and controllers before the API server, etcd last.

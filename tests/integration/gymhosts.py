@@ -16,7 +16,7 @@ from kubernetes.client.exceptions import ApiException
 from gymsandbox.api.names import GROUP, VERSION
 
 if TYPE_CHECKING:
-    from tests.integration.conftest import Cluster
+    from tests.cluster_fixtures import Cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 T = TypeVar("T")

@@ -18,8 +18,7 @@ import pytest
 from kubernetes import client
 
 from gymsandbox.leases import SIGNING_KEY_SECRET, Claims, Scope, issue, key_from_secret, operate_claims, peek
-from tests.integration.archives import tar_of, untar
-from tests.integration.conftest import (
+from tests.cluster_fixtures import (
     OPERATOR_NAMESPACE,
     BrokerProcess,
     Cluster,
@@ -27,6 +26,7 @@ from tests.integration.conftest import (
     OperatorProcess,
     cluster_script,
 )
+from tests.integration.archives import tar_of, untar
 from tests.integration.episodes import EPISODE_IMAGE, Episodes
 from tests.integration.gymhosts import Hosts, apply, eventually, sample, set_path
 

@@ -9,7 +9,7 @@ import pytest
 from kubernetes import client
 
 from gymsandbox.client import BrokerClient, BrokerClientError
-from tests.integration.conftest import BrokerProcess, Cluster, OperatorProcess, cluster_script
+from tests.cluster_fixtures import BrokerProcess, Cluster, OperatorProcess, cluster_script
 from tests.integration.episodes import EPISODE_IMAGE, Episodes
 from tests.integration.gymhosts import Hosts, apply, eventually, sample, set_path
 

@@ -52,7 +52,7 @@ from schemathesis.specs.openapi.checks import response_schema_conformance
 from gymsandbox.broker.archive import sandbox_path
 from gymsandbox.broker.errors import STATUS, BrokerError
 from gymsandbox.broker.service import BrokerSettings
-from tests.integration.conftest import BrokerProcess, Cluster, OperatorProcess
+from tests.cluster_fixtures import BrokerProcess, Cluster, OperatorProcess
 from tests.integration.episodes import EPISODE_IMAGE, Episodes
 from tests.integration.gymhosts import Hosts, apply, sample, set_path
 

@@ -8,7 +8,7 @@ import json
 import pytest
 from kubernetes import client
 
-from tests.integration.conftest import CHART, OPERATOR_NAMESPACE, Cluster, OperatorProcess, helm
+from tests.cluster_fixtures import CHART, OPERATOR_NAMESPACE, Cluster, OperatorProcess, helm
 from tests.integration.gymhosts import Hosts, apply, sample
 
 pytestmark = pytest.mark.integration
@@ -17,7 +17,8 @@ pytestmark = pytest.mark.integration
 @pytest.fixture
 def local(cluster: Cluster) -> None:
     """Only the local control plane runs the chart's pods whatever their image (kwok plays them). On another
-    cluster conftest scales them to zero, since the chart's default image is a placeholder; there, `make
+    cluster fixtures (tests/cluster_fixtures.py) scale them to zero, since the chart's default image is a
+    placeholder; there, `make
     kind-e2e` (tests/e2e) checks the chart's pods with a real image instead."""
     if not cluster.local:
         pytest.skip(

@@ -1,6 +1,7 @@
 """The chart's RBAC is enough, and every rule in it is needed.
 
-The whole integration suite runs the operator and broker as the chart's ServiceAccounts (conftest.py:
+The whole integration suite runs the operator and broker as the chart's ServiceAccounts
+(tests/cluster_fixtures.py:
 `identities`), so the chart's rules are enough. Here: calls outside them are denied, and each rule is needed:
 for every rule in templates/rbac.yaml, a second release (`rbac-audit`) loses that one rule and the test its
 `# needed by` comment names is run against it in a child pytest, which must fail; with all rules it passes.
@@ -20,7 +21,7 @@ import yaml
 from kubernetes import client, config
 
 from gymsandbox.leases import SIGNING_KEY_SECRET
-from tests.integration.conftest import (
+from tests.cluster_fixtures import (
     CHART,
     OPERATOR_NAMESPACE,
     ROOT,

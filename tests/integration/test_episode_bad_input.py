@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tests.integration.conftest import Cluster, OperatorProcess
+from tests.cluster_fixtures import Cluster, OperatorProcess
 from tests.integration.episodes import EPISODE_IMAGE, Episodes, episode
 from tests.integration.gymhosts import Hosts, apply, eventually, sample
 

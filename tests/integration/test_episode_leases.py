@@ -20,7 +20,7 @@ from gymsandbox.leases import (
     operate_claims,
     verify_live,
 )
-from tests.integration.conftest import OPERATOR_NAMESPACE, Cluster, OperatorProcess
+from tests.cluster_fixtures import OPERATOR_NAMESPACE, Cluster, OperatorProcess
 from tests.integration.episodes import Episodes, episode
 from tests.integration.gymhosts import Hosts, apply, eventually, sample
 

@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from kubernetes import client
 
-from tests.integration.conftest import Cluster, OperatorProcess
+from tests.cluster_fixtures import Cluster, OperatorProcess
 from tests.integration.episodes import Episodes, episode
 from tests.integration.gymhosts import Hosts, apply, eventually, sample, set_path
 

@@ -9,8 +9,8 @@ from typing import Any, cast
 import pytest
 from kubernetes import client
 
+from tests.cluster_fixtures import Cluster, OperatorProcess
 from tests.gitops_health import Health, assess
-from tests.integration.conftest import Cluster, OperatorProcess
 from tests.integration.episodes import Episodes, episode
 from tests.integration.gymhosts import Hosts, apply, eventually, sample, set_path
 from tests.integration.test_gymhost import POD_FAILURES, _patch_container_status

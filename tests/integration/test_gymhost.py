@@ -12,7 +12,7 @@ from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
 from gymsandbox.client import GymHostFailedError, wait_ready
-from tests.integration.conftest import OPERATOR_NAMESPACE, RELEASE, Cluster, OperatorProcess, cluster_script
+from tests.cluster_fixtures import OPERATOR_NAMESPACE, RELEASE, Cluster, OperatorProcess, cluster_script
 from tests.integration.gymhosts import Hosts, apply, eventually, sample, set_path
 
 pytestmark = pytest.mark.integration

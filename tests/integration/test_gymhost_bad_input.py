@@ -9,7 +9,7 @@ import pytest
 from kubernetes import client
 
 from gymsandbox.client import GymHostFailedError, wait_ready
-from tests.integration.conftest import Cluster, OperatorProcess
+from tests.cluster_fixtures import Cluster, OperatorProcess
 from tests.integration.gymhosts import DELETE, Hosts, apply, sample, set_path
 from tests.integration.test_control_plane import restricted_pod
 
@@ -79,7 +79,7 @@ REFUSED_BY_POLICY: dict[str, tuple[dict[str, Any], str, str]] = {
         "ImageNotApproved",
         "gym-evil",
     ),
-    "unknown-runtime": ({"spec.runtime": "gvisor"}, "UnknownRuntime", "gvisor"),
+    "unknown-runtime": ({"spec.runtime": "firecracker"}, "UnknownRuntime", "firecracker"),
     "ttl-over-cap": ({"spec.lifetime.ttlSeconds": 90000}, "TTLOverCap", "86400"),
     "cpu-over-cap": ({"spec.resources.cpu": "64"}, "ResourcesOverCap", "cpu"),
     "gpu-over-cap": ({"spec.resources.gpu": 1}, "ResourcesOverCap", "gpu"),

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
+from tests.cluster_fixtures import Cluster, cluster_script
 from tests.integration.archives import tar_of, untar
-from tests.integration.conftest import Cluster, cluster_script
 from tests.integration.gymhosts import eventually
 from tests.integration.test_control_plane import restricted_pod
 

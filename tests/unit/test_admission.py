@@ -101,9 +101,9 @@ def test_default_policy_admits_nothing() -> None:
             'image "registry.example.com/gym-evil/x:1" is not on the cluster\'s approved list',
         ),
         (
-            {"runtime": "gvisor"},
+            {"runtime": "firecracker"},
             Reason.UNKNOWN_RUNTIME,
-            'runtime "gvisor" is not a runtime profile of this cluster (profiles: crun, kata)',
+            'runtime "firecracker" is not a runtime profile of this cluster (profiles: crun, kata)',
         ),
         (
             {"episodes.runtime": "runc"},
@@ -247,7 +247,7 @@ def test_an_endpoint_url_with_a_query_is_refused_without_repeating_it() -> None:
 # Breaks every check; each step repairs the field the previous refusal named.
 EVERYTHING_WRONG: dict[str, Any] = {
     "image": "evil.io/x:1",
-    "runtime": "gvisor",
+    "runtime": "firecracker",
     "episodes.runtime": "runc",
     "episodes.images": ["evil.io/episode:1"],
     "lifetime.ttlSeconds": 90_000,

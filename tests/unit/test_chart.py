@@ -100,7 +100,7 @@ BAD_VALUES = {
     "misspelt-policy-field": ({"policy": {"aprovedImages": []}}, "additional properties 'aprovedImages'"),
     "policy-quantity-as-number": ({"policy": {"caps": {"maxCpu": 8}}}, "at '/policy/caps/maxCpu'"),
     "profile-without-runtime-class": (
-        {"policy": {"runtimeProfiles": {"gvisor": {"nodeSelector": {}}}}},
+        {"policy": {"runtimeProfiles": {"youki": {"nodeSelector": {}}}}},
         "missing property 'runtimeClassName'",
     ),
     "digest-not-a-digest": ({"image": {"digest": "latest"}}, "at '/image/digest'"),
@@ -159,6 +159,7 @@ def test_default_policy_is_closed_and_names_the_usual_runtimes(tmp_path: Path) -
     assert {name: p.runtime_class_name for name, p in policy.runtime_profiles.items()} == {
         "kata": "kata-qemu",
         "crun": "crun",
+        "gvisor": "gvisor",
     }
 
 

@@ -226,7 +226,7 @@ def test_runtime_other_than_the_host_allowed_runtime_is_refused(
 
 
 def test_runtime_that_is_no_cluster_profile_is_refused(policy: ClusterPolicy) -> None:
-    refusal = admit(policy, episode_spec(), host_spec(**{"episodes.runtime": "gvisor"}))
+    refusal = admit(policy, episode_spec(), host_spec(**{"episodes.runtime": "firecracker"}))
     assert refusal is not None
     assert refusal.reason == Reason.UNKNOWN_RUNTIME
     assert "not a runtime profile of this cluster" in refusal.message

@@ -86,6 +86,9 @@ def test_example_policy_loads() -> None:
             runtime_class_name="kata-qemu", node_selector={"gymsandbox.dev/runtime": "kata"}
         ),
         "crun": RuntimeProfile(runtime_class_name="crun", node_selector={"gymsandbox.dev/runtime": "crun"}),
+        "gvisor": RuntimeProfile(
+            runtime_class_name="gvisor", node_selector={"gymsandbox.dev/gvisor": "true"}
+        ),
     }
     assert policy.caps == ClusterPolicy().caps
     assert policy.broker == ClusterPolicy().broker

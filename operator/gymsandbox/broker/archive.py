@@ -76,3 +76,16 @@ def check_archive(data: bytes, max_bytes: int) -> ArchiveSummary:
     if total > max_bytes:
         raise BrokerError("payload_too_large", f"the archive unpacks to {total} bytes (limit {max_bytes})")
     return ArchiveSummary(len(members), total)
+
+
+def tar_is_complete(data: bytes) -> bool:
+    """Whether a downloaded tar reads to its end with every member's data there (one cut short does not)."""
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as archive:
+            for member in archive:
+                extracted = archive.extractfile(member) if member.isreg() else None
+                if member.isreg() and (extracted is None or len(extracted.read()) != member.size):
+                    return False
+    except (tarfile.TarError, EOFError, OSError):
+        return False
+    return True

@@ -9,19 +9,65 @@ import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.stream import stream
 from kubernetes.stream.ws_client import ERROR_CHANNEL, STDIN_CHANNEL
+from websocket import WebSocketException
 
 from gymsandbox.desired.owner import Manifest
-from gymsandbox.handlers.kube import EPISODE, GYMHOST, Kube
+from gymsandbox.handlers.kube import EPISODE, GYMHOST, POD, Kube
 
 TRUNCATED = b"\n[output truncated]\n"
 EXIT_DEADLINE = -1  # killed at its deadline
 EXIT_UNREACHABLE = -2  # the sandbox could not be reached
+STDIN_FRAME_BYTES = 1024 * 1024
+
+# Runs "$@" (stdin passed through) and, if it outlives $1 seconds, kills it and every process it started,
+# deepest first, each stopped before its children are looked up so that none forks away meanwhile. A closed
+# exec stream stops nothing in the sandbox, and `timeout` would kill only the direct child (busybox) or a
+# process group that, inside a container, is not the command's own. It needs only `sh`, `sleep` and /proc;
+# a missing `sleep` is reported, never silently leaves the command without a deadline.
+DEADLINE_WRAPPER = r"""
+command -v sleep >/dev/null 2>&1 || { echo "gymsandbox-broker: the sandbox has no sleep" >&2; exit 127; }
+children() {
+  for status in /proc/[0-9]*/status; do
+    while IFS=': 	' read -r key value; do
+      [ "$key" = PPid ] || continue
+      [ "$value" = "$1" ] && { pid=${status#/proc/}; echo "${pid%/status}"; }
+      break
+    done < "$status" 2>/dev/null
+  done
+}
+kill_tree() {
+  kill -STOP "$1" 2>/dev/null
+  for child in $(children "$1"); do kill_tree "$child"; done
+  kill -KILL "$1" 2>/dev/null
+}
+seconds=$1; shift
+exec 3<&0
+"$@" <&3 3<&- &
+command=$!
+exec 3<&-
+( trap 'kill "$timer"; wait "$timer"; exit 0' TERM
+  sleep "$seconds" & timer=$!
+  wait "$timer" && kill_tree "$command" ) </dev/null >/dev/null 2>&1 &
+watchdog=$!
+wait "$command"; code=$?
+kill -TERM "$watchdog" 2>/dev/null; wait "$watchdog"
+exit "$code"
+"""
+# The message of an exec the runtime could not start: runc's `exec: "sh": executable file not found in $PATH`,
+# crun's "executable file `sh` not found in $PATH", gVisor's `error finding executable "sh" in PATH`. The
+# last match counts: gVisor's message quotes the whole command line first.
+MISSING_EXECUTABLE = re.compile(
+    r'exec: "([^"]+)": executable file not found|executable file `([^`]+)` not found'
+    r'|error finding executable "([^"]+)" in PATH'
+)
+MISSING_TOOL = re.compile(r"gymsandbox-broker: the sandbox has no (\S+)")
 
 
 @dataclass(frozen=True)
@@ -32,6 +78,7 @@ class ExecOutcome:
     truncated: bool
     timed_out: bool
     duration_seconds: float
+    missing_tool: str | None = None  # a program the broker runs in the sandbox, absent from its image
 
 
 class _Capped:
@@ -85,6 +132,18 @@ class KubeBackend:
     def delete_episode(self, namespace: str, name: str) -> bool:
         return self.kube.delete(EPISODE, namespace, name)
 
+    def pod_went_away(self, namespace: str, name: str, since: float) -> bool:
+        """Whether the pod is gone, being deleted, finished, or replaced by a namesake created after `since`
+        (a Unix time): then a command killed in it met the sandbox's failure, not its own."""
+        pod = self.kube.get(POD, namespace, name)
+        if pod is None:
+            return True
+        meta, phase = pod["metadata"], (pod.get("status") or {}).get("phase")
+        created = datetime.fromisoformat(
+            str(meta.get("creationTimestamp")).replace("Z", "+00:00")
+        ).timestamp()
+        return bool(meta.get("deletionTimestamp")) or phase in ("Succeeded", "Failed") or created > int(since)
+
     def exec(
         self,
         namespace: str,
@@ -99,9 +158,9 @@ class KubeBackend:
         """Run argv in the container; never raises for the command's own failure, deadline or reachability.
 
         The deadline holds on both sides: here the call returns when it passes (exit -1), and inside the
-        sandbox `timeout` kills the command a second later, since a closed exec stream does not stop it.
+        sandbox DEADLINE_WRAPPER kills the command and its descendants a second later.
         """
-        argv = ["timeout", "-s", "KILL", str(math.ceil(timeout) + 1), *argv]
+        argv = ["sh", "-c", DEADLINE_WRAPPER, "sh", str(math.ceil(timeout) + 1), *argv]
         # kubernetes.stream swaps call_api on the client it is given while it connects: not thread-safe.
         # Each exec gets a private client, so concurrent execs and plain reads never see each other's swap.
         with client.ApiClient(self.configuration) as private:
@@ -153,10 +212,13 @@ def _run_exec(
             False,
             time.monotonic() - started,
         )
-    timed_out = False
+    timed_out, status = False, {}
     try:
         if stdin is not None:
-            ws.write_channel(STDIN_CHANNEL, stdin)
+            # In frames well under the 32 MiB a websocket message may carry on the kubelet's side (a larger
+            # one closes the stream), so a transfer of any allowed size goes through.
+            for start in range(0, len(stdin), STDIN_FRAME_BYTES):
+                ws.write_channel(STDIN_CHANNEL, stdin[start : start + STDIN_FRAME_BYTES])
             ws.close_channel(STDIN_CHANNEL)  # end of input (channel protocol v5)
         while ws.is_open():
             remaining = deadline - time.monotonic()
@@ -168,12 +230,19 @@ def _run_exec(
                 stdout.add(ws.read_stdout())
             if ws.peek_stderr():
                 stderr.add(ws.read_stderr())
-        code = EXIT_DEADLINE if timed_out else _returncode(ws)
-    except (OSError, ValueError) as e:
-        stderr.add(f"connection to the sandbox failed: {e}")
+        if not timed_out:
+            _drain(ws, stdout, stderr)
+            status = _exec_status(ws)
+        code = EXIT_DEADLINE if timed_out else _returncode(status)
+    except (OSError, ValueError, WebSocketException) as e:
+        stderr.add(f"connection to the sandbox failed: {type(e).__name__}: {e}")
         code = EXIT_UNREACHABLE
     finally:
         ws.close()
+    missing = missing_tool(status, bytes(stderr.data)) if code in (127, EXIT_UNREACHABLE) else None
+    if code == EXIT_UNREACHABLE and status.get("status") == "Failure":
+        # The runtime's reason, shortened: gVisor's repeats the whole command line before it.
+        stderr.add(f"the sandbox refused the command: ...{str(status.get('message', ''))[-300:]}")
     return ExecOutcome(
         code,
         stdout.value(),
@@ -181,16 +250,39 @@ def _run_exec(
         stdout.truncated or stderr.truncated,
         timed_out,
         time.monotonic() - started,
+        missing,
     )
 
 
-def _returncode(ws: Any) -> int:
-    """The exit code from the exec status: a Success, an ExitCode cause (a kubelet), or "exit status N" in
-    the message (kwok, which wraps the process error)."""
+def _drain(ws: Any, stdout: _Capped, stderr: _Capped) -> None:
+    """What arrived with the stream's last frames, after the loop saw it close."""
+    while ws.peek_stdout():
+        stdout.add(ws.read_stdout())
+    while ws.peek_stderr():
+        stderr.add(ws.read_stderr())
+
+
+def _exec_status(ws: Any) -> dict[str, Any]:
     raw = ws.read_channel(ERROR_CHANNEL)
     try:
         status = json.loads(raw) if raw else {}
     except ValueError:
+        return {"message": "unreadable exec status"}
+    return status if isinstance(status, dict) else {}
+
+
+def missing_tool(status: Mapping[str, Any], stderr: bytes) -> str | None:
+    """The program the broker needed and the sandbox image lacks, from the runtime's refusal to start it
+    (sh) or from DEADLINE_WRAPPER's own check (sleep); None for anything else."""
+    refusals = list(MISSING_EXECUTABLE.finditer(str(status.get("message", ""))))
+    found = refusals[-1] if refusals else MISSING_TOOL.search(stderr.decode(errors="replace"))
+    return next((group for group in found.groups() if group), None) if found else None
+
+
+def _returncode(status: Mapping[str, Any]) -> int:
+    """The exit code from the exec status: a Success, an ExitCode cause (a kubelet), or "exit status N" in
+    the message (kwok, which wraps the process error)."""
+    if not status:
         return EXIT_UNREACHABLE
     if status.get("status") == "Success":
         return 0

@@ -12,6 +12,7 @@ ErrorCode = Literal[
     "conflict",
     "invalid_request",
     "image_not_approved",
+    "sandbox_tool_missing",
     "quota_exceeded",
     "payload_too_large",
     "backend_error",
@@ -26,6 +27,7 @@ STATUS: dict[ErrorCode, int] = {
     "conflict": 409,
     "invalid_request": 422,
     "image_not_approved": 422,
+    "sandbox_tool_missing": 422,  # the episode's image lacks a program the broker runs in it (sh, sleep)
     "quota_exceeded": 429,
     "payload_too_large": 413,
     "backend_error": 502,

@@ -7,8 +7,8 @@ import re
 import secrets
 import time
 from collections import OrderedDict
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -20,7 +20,7 @@ from gymsandbox.api.conditions import Reason
 from gymsandbox.api.episode import EpisodeSandboxSpec
 from gymsandbox.api.gymhost import GymHostSpec
 from gymsandbox.api.names import API_VERSION
-from gymsandbox.broker.archive import check_archive, sandbox_path
+from gymsandbox.broker.archive import check_archive, sandbox_path, tar_is_complete
 from gymsandbox.broker.auth import Caller, authenticate, authorize_episode, require_host
 from gymsandbox.broker.backend import EXIT_UNREACHABLE, ExecOutcome, KubeBackend
 from gymsandbox.broker.errors import BrokerError, ErrorCode
@@ -43,6 +43,7 @@ from gymsandbox.policy.cluster import ClusterPolicy
 from gymsandbox.policy.episodes import EpisodeRequest, admit_episode
 
 RETRY_AFTER_SECONDS = 5
+KILLED_BY_SIGNAL = 128  # a shell's exit status for a process that died of signal N is 128 + N
 EPISODE_ID = re.compile(r"[a-z0-9]([-a-z0-9]{0,251}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*")
 
 
@@ -230,6 +231,7 @@ class BrokerService:
                 "invalid_request", f"timeoutSeconds {body.timeout_seconds:g} exceeds the cap of {cap:g}"
             )
         pod = await self._ready_pod(caller, episode_id, rollout)
+        started = time.time()
         outcome = await run_in_threadpool(
             self.state.backend.exec,
             caller.namespace,
@@ -239,6 +241,12 @@ class BrokerService:
             timeout=body.timeout_seconds,
             max_output=body.max_output_bytes,
         )
+        raise_if_tool_missing(outcome)
+        if outcome.exit_code >= KILLED_BY_SIGNAL and await run_in_threadpool(
+            self.state.backend.pod_went_away, caller.namespace, pod, started
+        ):
+            stderr = outcome.stderr + b"\n[the sandbox pod was deleted or stopped during the command]\n"
+            outcome = replace(outcome, exit_code=EXIT_UNREACHABLE, stderr=stderr)
         self.telemetry.observe_exec(outcome.exit_code, outcome.duration_seconds)
         return ExecResult(
             exit_code=outcome.exit_code,
@@ -316,9 +324,23 @@ class BrokerService:
             max_output=max_output or settings.max_transfer_bytes,
             stdin=stdin,
         )
+        raise_if_tool_missing(outcome)
         if outcome.exit_code == EXIT_UNREACHABLE or outcome.timed_out:
             raise BrokerError("backend_error", "the sandbox could not be reached for the transfer")
         return outcome
+
+    async def _read(
+        self, caller: Caller, pod: str, argv: list[str], complete: Callable[[ExecOutcome], bool]
+    ) -> ExecOutcome:
+        """Run a read; one that succeeded but arrived cut short (the exec stream can lose its last frames
+        under load) is run again, up to READ_ATTEMPTS times, and never handed on incomplete."""
+        for _ in range(READ_ATTEMPTS):
+            outcome = await self._run(caller, pod, argv)
+            if outcome.exit_code != 0 or outcome.truncated or complete(outcome):
+                return outcome
+        raise BrokerError(
+            "backend_error", f"the transfer from the sandbox was cut short {READ_ATTEMPTS} times"
+        )
 
     async def put_file(
         self, authorization: str | None, episode_id: str, path: str, data: bytes, rollout: str | None
@@ -338,7 +360,7 @@ class BrokerService:
         caller = await self.caller(authorization)
         target = sandbox_path(path)
         pod = await self._ready_pod(caller, episode_id, rollout)
-        outcome = await self._run(caller, pod, ["cat", "--", target])
+        outcome = await self._read(caller, pod, ["sh", "-c", READ_FILE, "sh", target], _file_complete)
         if outcome.truncated:
             raise BrokerError(
                 "payload_too_large", f"{target} is larger than {self.state.settings.max_transfer_bytes} bytes"
@@ -369,7 +391,7 @@ class BrokerService:
         caller = await self.caller(authorization)
         target = sandbox_path(path)
         pod = await self._ready_pod(caller, episode_id, rollout)
-        outcome = await self._run(caller, pod, ["tar", "-c", "-f", "-", "-C", target, "."])
+        outcome = await self._read(caller, pod, ["tar", "-c", "-f", "-", "-C", target, "."], _tar_complete)
         if outcome.truncated:
             raise BrokerError(
                 "payload_too_large",
@@ -392,6 +414,29 @@ WRITE_DIRECTORY = (
     'head -c "$2" | tar -x -f - -C "$part" --no-same-owner --no-same-permissions; '
     'mkdir -p -- "$(dirname -- "$1")"; rm -rf -- "$1"; mv -- "$part" "$1"'
 )
+
+
+# The size first (on stderr), then the bytes: a reader can tell a whole file from one cut short.
+READ_FILE = 'wc -c < "$1" >&2 && exec cat -- "$1"'
+READ_ATTEMPTS = 3
+
+
+def _file_complete(outcome: ExecOutcome) -> bool:
+    declared = outcome.stderr.decode(errors="replace").strip()
+    return declared.isdigit() and int(declared) == len(outcome.stdout)
+
+
+def _tar_complete(outcome: ExecOutcome) -> bool:
+    return tar_is_complete(outcome.stdout)
+
+
+def raise_if_tool_missing(outcome: ExecOutcome) -> None:
+    if outcome.missing_tool:
+        raise BrokerError(
+            "sandbox_tool_missing",
+            f"the episode's image has no `{outcome.missing_tool}`; the broker runs commands and transfers "
+            "with sh and sleep (and cat, head, mkdir, mv, tar, wc for files): use an image that has them",
+        )
 
 
 def _first_line(stderr: bytes) -> str:

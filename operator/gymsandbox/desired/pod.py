@@ -228,6 +228,9 @@ def episode_pod(
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "restartPolicy": "Never",  # an episode whose process dies is over; its status says why
+        # The pod's pause process becomes PID 1 and reaps what the broker's execs leave behind; the user's
+        # command (often `sleep infinity`) reaps nothing, and zombies would fill the pid limit.
+        "shareProcessNamespace": True,
         "terminationGracePeriodSeconds": 5,
         "securityContext": restricted_pod_security(spec.user),
         "containers": [container],

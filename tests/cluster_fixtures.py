@@ -1,4 +1,5 @@
-"""Integration fixtures: a real control plane (local, or KUBECONFIG's) and a fresh namespace per test."""
+"""Cluster fixtures (tests/integration, tests/node): a real control plane (local, or KUBECONFIG's), the
+operator and broker as the chart's ServiceAccounts, and a fresh namespace per test."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from kubernetes import client, config
 from tests.integration.gymhosts import Hosts
 from tests.namespaces import restricted_namespace
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 LOG_TAIL_LINES = 15
 # Processes the tests start get SIGTERM when this pytest dies, even without teardown (a killed run), so no
 # operator or broker outlives its session and acts on a later run's objects. util-linux, Essential in Debian.
@@ -149,11 +150,20 @@ class Identities:
     broker: Path
 
 
+# The node tier's images (hack/images.py, loaded into the real node without a registry) and test servers
+# (network namespaces on the node's test network, tests/node/servers.py).
+TEST_IMAGE_PREFIX = "localhost/gymsandbox/"
+TEST_SERVER_CIDR = "10.89.1.0/24"
+
+
 def chart_values() -> dict[str, Any]:
-    """The sample policy (minus `broker`, which the chart sets) plus the test-only runtime profiles."""
+    """The sample policy (minus `broker`, which the chart sets) plus the test-only runtime profiles, images
+    and test-server network."""
     policy = yaml.safe_load((ROOT / "examples" / "policy.yaml").read_text())
     policy.pop("broker")
     policy["runtimeProfiles"].update(TEST_PROFILES)
+    policy["approvedImages"].append(TEST_IMAGE_PREFIX)
+    policy["egress"]["allowedPrivateCIDRs"].append(TEST_SERVER_CIDR)
     return {"policy": policy}
 
 
@@ -412,7 +422,7 @@ def broker(
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     """On a failed integration test, attach the tail of every control-plane log to the report."""
     report = yield
-    if report.failed and call.when in ("setup", "call"):
+    if report.failed and call.when in ("setup", "call") and "cluster" in getattr(item, "fixturenames", ()):
         logs = cluster_script.Paths(cluster_script.STATE_DIR).logs  # type: ignore[attr-defined]
         for log_file in sorted(logs.glob("*.log")) if logs.exists() else []:
             lines = log_file.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]

@@ -1,0 +1,152 @@
+"""The node tier: the shared cluster fixtures (tests/cluster_fixtures.py) plus a real node with real
+containers.
+
+Every test here runs on the real node that `hack/cluster.py up` starts (hack/node.py), or on any cluster named
+by KUBECONFIG whose nodes carry the label `gymsandbox.dev/real-node=true` and the profiles `crun` and
+`gvisor`.
+Where this machine cannot run a real node, the tier is skipped with that reason; where it can, a missing node
+is an error, never a skip.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from tests.cluster_fixtures import Cluster, cluster_script
+from tests.integration.gymhosts import apply, eventually, sample
+
+node_script: Any = cluster_script.node_script()  # type: ignore[attr-defined]
+SHELL_IMAGE = node_script.SHELL_IMAGE
+REAL_NODE_SELECTOR = f"{node_script.REAL_NODE_LABEL}=true"
+ENVIRONMENT = "environments/env-1"
+HEALTH_BODY = "ok from the environment\n"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/node/" in item.nodeid:
+            item.add_marker(pytest.mark.node)
+
+
+@pytest.fixture(scope="session")
+def real_node(cluster: Cluster, core: client.CoreV1Api) -> str:
+    """The name of a Ready real node; skips the tier only where the machine cannot have one."""
+    nodes = core.list_node(label_selector=REAL_NODE_SELECTOR).items
+    ready = [n.metadata.name for n in nodes if _is_ready(n)]
+    if ready:
+        return ready[0]
+    why = node_script.missing_capability() if cluster.local else "KUBECONFIG's cluster has no real node"
+    if cluster.local and not node_script.enabled():
+        why = "GYMSANDBOX_REAL_NODE=0"
+    if why:
+        pytest.skip(f"no real node: {why}")
+    pytest.fail(f"this machine can run the real node, but no node labelled {REAL_NODE_SELECTOR} is Ready")
+
+
+def _is_ready(node: client.V1Node) -> bool:
+    return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
+
+
+@dataclass(frozen=True)
+class Volume:
+    """A directory on the real node, bound to a claim through a local PersistentVolume."""
+
+    claim: str
+    path: Path
+
+
+@pytest.fixture
+def volume(cluster: Cluster, namespace: str, real_node: str, tmp_path: Path) -> Iterator[Volume]:
+    yield from make_volume(cluster, namespace, real_node, tmp_path)
+
+
+def make_volume(cluster: Cluster, namespace: str, node: str, directory: Path) -> Iterator[Volume]:
+    """Claim `gym-storage` in `namespace`, bound to a fresh directory on `node` through a local
+    PersistentVolume: the environment tree (mounted read-only by hosts) and a workspaces tree."""
+    root = directory / "volume"
+    (root / ENVIRONMENT).mkdir(parents=True)
+    (root / ENVIRONMENT / "health").write_text(HEALTH_BODY)
+    (root / "workspaces").mkdir()
+    for parent in (directory, *directory.parents):  # the kubelet (root) mounts it; pods reach it as 65532
+        parent.chmod(parent.stat().st_mode | 0o711)
+    name = f"pv-{namespace}"[:63]
+    pv = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": name},
+        "spec": {
+            "capacity": {"storage": "1Gi"},
+            "accessModes": ["ReadWriteOnce"],
+            "persistentVolumeReclaimPolicy": "Retain",
+            "storageClassName": "",
+            "claimRef": {"namespace": namespace, "name": "gym-storage"},
+            "local": {"path": str(root)},
+            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}},
+        },
+    }  # fmt: skip
+    claim = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "gym-storage"},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": "",
+            "volumeName": name,
+            "resources": {"requests": {"storage": "1Gi"}},
+        },
+    }
+    cluster.kubectl_run("apply", "-f", "-", stdin=json.dumps(pv))
+    apply(cluster, namespace, claim)
+    yield Volume("gym-storage", root)
+    cluster.kubectl_run("delete", "pv", name, "--ignore-not-found", "--wait=false", check=False)
+
+
+def node_host(name: str, runtime: str, **spec: Any) -> dict[str, Any]:
+    """A GymHost on the real node: the shell image serving its environment directory over HTTP."""
+    _, host = sample()
+    host["metadata"]["name"] = name
+    host["spec"].update(
+        {
+            "image": SHELL_IMAGE,
+            "runtime": runtime,
+            "command": ["httpd", "-f", "-v", "-p", "8080", "-h", "/env"],
+            "storage": {
+                "claimName": "gym-storage",
+                "environment": {"subPath": ENVIRONMENT, "mountPath": "/env"},
+                "workspace": {"subPath": f"workspaces/{name}", "mountPath": "/workspace"},
+            },
+            "egress": {"allow": []},
+            "resources": {"cpu": "100m", "memory": "256Mi", "ephemeralStorage": "1Gi"},
+            "episodes": {"maxConcurrent": 4, "images": [SHELL_IMAGE], "defaultTTLSeconds": 600,
+                         "maxTTLSeconds": 1800},
+            **spec,
+        }
+    )  # fmt: skip
+    return host
+
+
+def exec_in(
+    cluster: Cluster, namespace: str, pod: str, script: str, container: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`sh -c script` in the pod, through the API server and the kubelet's streaming path (never raises)."""
+    args = ["exec", "-n", namespace, pod]
+    if container:
+        args += ["-c", container]
+    return cluster.kubectl_run(*args, "--", "sh", "-c", script, check=False)
+
+
+def wait_pod_ready(core: client.CoreV1Api, namespace: str, name: str, timeout: float = 120) -> client.V1Pod:
+    def ready() -> client.V1Pod | None:
+        pod = core.read_namespaced_pod(name, namespace)
+        conditions = pod.status.conditions or []
+        return pod if any(c.type == "Ready" and c.status == "True" for c in conditions) else None
+
+    return eventually(ready, timeout, f"pod {namespace}/{name} Ready")

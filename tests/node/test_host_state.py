@@ -1,0 +1,73 @@
+"""The real node leaves the host as it found it: a snapshot before it comes up equals one after it went
+down."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from typing import Any
+
+import pytest
+from kubernetes import client
+from tests.cluster_fixtures import ROOT, Cluster, cluster_script
+from tests.integration.gymhosts import apply
+from tests.node.conftest import SHELL_IMAGE, node_script, wait_pod_ready
+
+
+def _load_host_state() -> Any:
+    spec = importlib.util.spec_from_file_location("gymsandbox_hack_hoststate", ROOT / "hack" / "hoststate.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+hoststate = _load_host_state()
+
+
+def busy_pod(name: str, runtime: str) -> dict[str, Any]:
+    security = {
+        "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True,
+        "runAsUser": 65532, "seccompProfile": {"type": "RuntimeDefault"},
+    }  # fmt: skip
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "runtimeClassName": runtime,
+            "automountServiceAccountToken": False,
+            "containers": [{"name": "c", "image": SHELL_IMAGE, "imagePullPolicy": "Never",
+                            "command": ["sh", "-c", "echo hi > /tmp/x; sleep 3600"],
+                            "securityContext": security,
+                            "volumeMounts": [{"name": "scratch", "mountPath": "/tmp"}]}],
+            "volumes": [{"name": "scratch", "emptyDir": {}}],
+        },
+    }  # fmt: skip
+
+
+def test_node_down_leaves_the_host_as_it_found_it(
+    cluster: Cluster, core: client.CoreV1Api, namespace: str, real_node: str
+) -> None:
+    if not cluster.local:
+        pytest.skip("only the local node is this suite's to stop and start")
+    paths = cluster_script.Paths(cluster_script.STATE_DIR)  # type: ignore[attr-defined]
+    node_script.down(paths)
+    before = hoststate.snapshot()
+    try:
+        assert node_script.up(paths)
+        # Work that leaves traces while it runs: pods under each runtime, with volumes and networking.
+        for runtime in ("crun", "gvisor", "runc"):
+            apply(cluster, namespace, busy_pod(f"busy-{runtime}", runtime))
+        for runtime in ("crun", "gvisor", "runc"):
+            wait_pod_ready(core, namespace, f"busy-{runtime}")
+        during = hoststate.snapshot()
+        assert hoststate.differences(before, during), "the node changed nothing: the snapshot sees nothing"
+        node_script.down(paths)
+        after = hoststate.snapshot()
+    finally:
+        if not node_script.running(paths):
+            node_script.up(paths)  # the tier after this test gets its node back
+    assert hoststate.differences(before, after) == {}
