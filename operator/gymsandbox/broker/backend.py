@@ -52,12 +52,10 @@ exec 3<&0
 "$@" <&3 3<&- &
 command=$!
 exec 3<&-
-( trap 'kill "$timer"; wait "$timer"; exit 0' TERM
-  sleep "$seconds" & timer=$!
-  wait "$timer" && kill_tree "$command" ) </dev/null >/dev/null 2>&1 &
+( sleep "$seconds" && kill_tree "$command" ) </dev/null >/dev/null 2>&1 &
 watchdog=$!
 wait "$command"; code=$?
-kill -TERM "$watchdog" 2>/dev/null; wait "$watchdog"
+kill_tree "$watchdog"; wait "$watchdog" 2>/dev/null
 exit "$code"
 """
 # The message of an exec the runtime could not start: runc's `exec: "sh": executable file not found in $PATH`,
