@@ -8,8 +8,8 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 CLUSTER := $(PY) hack/cluster.py
 
-.PHONY: help venv binaries cluster-up cluster-down lint unit integration test run crds bench bench-broker image \
-	kind-e2e
+.PHONY: help venv binaries cluster-up cluster-down lint unit integration node test run crds bench bench-broker \
+	image kind-e2e
 
 help: ## list targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -25,10 +25,10 @@ venv: $(STAMP) ## create the virtualenv and install the project with its dev too
 binaries: ## build the pinned control-plane binaries (cached under ~/.cache/gymsandbox)
 	hack/build-binaries.sh >/dev/null
 
-cluster-up: venv binaries ## start the local control plane (or reuse the running one); writes .cluster/kubeconfig
+cluster-up: venv binaries ## start the local control plane and the real node (or reuse them); writes .cluster/kubeconfig
 	$(CLUSTER) up
 
-cluster-down: venv ## stop the local control plane and remove .cluster/
+cluster-down: venv ## stop the real node and the control plane, put the host back as it was, remove .cluster/
 	$(CLUSTER) down
 
 LINTED := $(wildcard operator tests hack bench)
@@ -49,8 +49,11 @@ unit: venv ## unit tests only (no cluster)
 integration: venv binaries ## integration tests (KUBECONFIG's cluster, else a local one started and stopped)
 	$(VENV)/bin/pytest -m integration tests/integration
 
-test: venv binaries lint ## everything CI runs: lint, unit and integration tests
-	$(VENV)/bin/pytest tests/unit tests/integration
+node: venv binaries ## node tier: real containers on the real node (GYMSANDBOX_REAL_NODE=0 turns the node off)
+	$(VENV)/bin/pytest tests/node
+
+test: venv binaries lint ## everything CI runs: lint, unit, integration and node tests
+	$(VENV)/bin/pytest tests/unit tests/integration tests/node
 
 run: venv binaries ## the main job: the operator (and the sample GymHost) on KUBECONFIG's cluster, or a local one
 	hack/run.sh

@@ -60,15 +60,15 @@ PACKAGES = {
     "coredns": [],
 }
 
-# The shell image's accounts: root, the user every episode pod runs as, and nobody.
-PASSWD = f"""\
+# The shell image's accounts: root and nobody. Like most public images it has no entry for the uid pods run
+# as (65532) and sets no HOME, so the node tier sees what such an image gets: a HOME of "/" unless the pod
+# sets one.
+PASSWD = """\
 root:x:0:0:root:/root:/bin/sh
-sandbox:x:{SANDBOX_UID}:{SANDBOX_UID}:sandbox:/tmp:/bin/sh
 nobody:x:65534:65534:nobody:/nonexistent:/bin/false
 """
-GROUP = f"""\
+GROUP = """\
 root:x:0:
-sandbox:x:{SANDBOX_UID}:
 nogroup:x:65534:
 """
 
@@ -378,8 +378,8 @@ def build_shell(out_dir: Path) -> Built:
     config = {
         "Cmd": ["/bin/sh"],
         "User": f"{SANDBOX_UID}:{SANDBOX_UID}",
-        "Env": [PATH_ENV, "HOME=/tmp"],
-        "WorkingDir": "/tmp",
+        "Env": [PATH_ENV],
+        "WorkingDir": "/",
     }
     out = out_dir / f"shell-1-{cache_key(busybox, PASSWD.encode(), GROUP.encode())}.oci.tar"
     return rootfs_image(f"{REGISTRY}/shell:1", out, config, fill)

@@ -73,7 +73,9 @@ def session(
 @pytest.fixture(scope="module")
 def episode(session: Session, api_client: client.ApiClient) -> str:
     """One Ready episode shared by the read-mostly tests of this module."""
-    episode_id = session.create(resources={"cpu": "200m", "memory": "256Mi", "ephemeralStorage": "1Gi"})
+    # Transfer paths are relative to the working directory: the image's (here "/", not writable) unless given.
+    resources = {"cpu": "200m", "memory": "256Mi", "ephemeralStorage": "1Gi"}
+    episode_id = session.create(resources=resources, workdir="/tmp")
     Episodes(api_client, session.namespace).wait_ready(episode_id, timeout=120)
     return episode_id
 

@@ -112,10 +112,9 @@ def test_process_runs_as_the_non_root_uid(running_host: RunningHost, cluster: Cl
 
 
 def test_home_and_tmp_are_usable(running_host: RunningHost, cluster: Cluster) -> None:
-    code, out = sh(
-        cluster, running_host, 'cd && echo x > "$HOME/.probe" && echo y > /tmp/probe && echo "$HOME"'
-    )
-    assert code == 0, out
+    # The shell image, like most, sets no HOME and has no account for the pod's uid: HOME comes from the pod.
+    script = "cd && echo x > .probe && echo y > /tmp/probe && pwd"
+    assert sh(cluster, running_host, script) == (0, "/tmp")
 
 
 def test_kernel_seen_inside_is_the_runtimes(running_host: RunningHost, cluster: Cluster) -> None:

@@ -188,11 +188,17 @@ def test_pod_gets_no_service_links(kata: RuntimeProfile) -> None:
     assert pod_spec(kata)["enableServiceLinks"] is False
 
 
-def test_container_env_is_exactly_the_episode_env(kata: RuntimeProfile) -> None:
+def test_container_env_is_exactly_the_episode_env_and_a_writable_home(kata: RuntimeProfile) -> None:
     assert container(kata)["env"] == [
         {"name": "TASK_ID", "value": "django__django-11099"},
         {"name": "EMPTY", "value": ""},
+        {"name": "HOME", "value": "/tmp"},
     ]
+
+
+def test_home_given_by_the_episode_wins(kata: RuntimeProfile) -> None:
+    env = container(kata, spec(env=[{"name": "HOME", "value": "/workspace"}]))["env"]
+    assert env == [{"name": "HOME", "value": "/workspace"}]
 
 
 def test_container_gets_no_operator_env(kata: RuntimeProfile) -> None:
@@ -207,8 +213,8 @@ def test_container_gets_no_secret_reference_at_all(kata: RuntimeProfile) -> None
     assert "secretKeyRef" not in repr(build(kata))
 
 
-def test_container_without_env_has_an_empty_env(kata: RuntimeProfile) -> None:
-    assert container(kata, spec(env=None))["env"] == []
+def test_container_without_env_has_only_home(kata: RuntimeProfile) -> None:
+    assert container(kata, spec(env=None))["env"] == [{"name": "HOME", "value": "/tmp"}]
 
 
 # --- workload -------------------------------------------------------------------------------------

@@ -357,13 +357,10 @@ def test_lease_token_is_never_a_literal_value(policy: ClusterPolicy) -> None:
     assert "value" not in env_by_name(policy)[ENV_LEASE_TOKEN]
 
 
-def test_env_has_exactly_the_user_variables_and_the_two_injected_ones(policy: ClusterPolicy) -> None:
-    assert [e["name"] for e in container(policy)["env"]] == [
-        "GYM_TASK_SET",
-        "LOG_LEVEL",
-        ENV_BROKER_URL,
-        ENV_LEASE_TOKEN,
-    ]
+def test_env_has_exactly_the_user_variables_a_home_and_the_two_injected_ones(policy: ClusterPolicy) -> None:
+    env = container(policy)["env"]
+    assert [e["name"] for e in env] == ["GYM_TASK_SET", "LOG_LEVEL", "HOME", ENV_BROKER_URL, ENV_LEASE_TOKEN]
+    assert env[2] == {"name": "HOME", "value": "/tmp"}  # the emptyDir: the root file system is read-only
 
 
 def test_env_from_references_secrets_with_their_prefixes(policy: ClusterPolicy) -> None:

@@ -25,6 +25,7 @@ TRUNCATED = b"\n[output truncated]\n"
 EXIT_DEADLINE = -1  # killed at its deadline
 EXIT_UNREACHABLE = -2  # the sandbox could not be reached
 STDIN_FRAME_BYTES = 1024 * 1024
+HANDSHAKE_ATTEMPTS, HANDSHAKE_RETRY_SECONDS = 3, 0.2
 
 # Runs "$@" (stdin passed through) and, if it outlives $1 seconds, kills it and every process it started,
 # deepest first, each stopped before its children are looked up so that none forks away meanwhile. A closed
@@ -187,29 +188,36 @@ def _run_exec(
 ) -> ExecOutcome:
     started = time.monotonic()
     stdout, stderr = _Capped(max_output), _Capped(max_output)
-    try:
-        ws = stream(
-            core.connect_get_namespaced_pod_exec,
-            pod,
-            namespace,
-            command=argv,
-            container=container,
-            stdin=stdin is not None,
-            stdout=True,
-            stderr=True,
-            tty=False,
-            _preload_content=False,
-            binary=True,
-        )
-    except (ApiException, OSError, ValueError) as e:
-        return ExecOutcome(
-            EXIT_UNREACHABLE,
-            b"",
-            str(getattr(e, "reason", e)).encode(),
-            False,
-            False,
-            time.monotonic() - started,
-        )
+    # A refused upgrade ran nothing in the sandbox, so it is safe to try again: the API server's connection
+    # to a kubelet can be a stale one (answered "use of closed network connection").
+    for attempt in range(HANDSHAKE_ATTEMPTS):
+        try:
+            ws = stream(
+                core.connect_get_namespaced_pod_exec,
+                pod,
+                namespace,
+                command=argv,
+                container=container,
+                stdin=stdin is not None,
+                stdout=True,
+                stderr=True,
+                tty=False,
+                _preload_content=False,
+                binary=True,
+            )
+            break
+        except (ApiException, OSError, ValueError, WebSocketException) as e:
+            if attempt + 1 < HANDSHAKE_ATTEMPTS and time.monotonic() + HANDSHAKE_RETRY_SECONDS < deadline:
+                time.sleep(HANDSHAKE_RETRY_SECONDS)
+                continue
+            return ExecOutcome(
+                EXIT_UNREACHABLE,
+                b"",
+                str(getattr(e, "reason", e)).encode(),
+                False,
+                False,
+                time.monotonic() - started,
+            )
     timed_out, status = False, {}
     try:
         if stdin is not None:

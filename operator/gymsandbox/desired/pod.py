@@ -18,6 +18,17 @@ RUN_AS_USER = 65532
 STORAGE_VOLUME = "storage"
 DATASET_VOLUME = "dataset"
 TMP_VOLUME = "tmp"
+# HOME when the spec gives none: most images set no HOME and have no account for RUN_AS_USER, so it would be
+# "/", which that user cannot write (the host's root file system is read-only besides). /tmp is writable in
+# both: the host's emptyDir, and the episode's own root file system.
+DEFAULT_HOME = "/tmp"  # noqa: S108 - the container's own /tmp
+
+
+def with_home(env: list[dict[str, object]]) -> list[dict[str, object]]:
+    """`env`, plus HOME=DEFAULT_HOME unless it sets HOME itself."""
+    if any(e["name"] == "HOME" for e in env):
+        return env
+    return [*env, {"name": "HOME", "value": DEFAULT_HOME}]
 
 
 def host_pod_name(owner: Owner) -> str:
@@ -63,6 +74,7 @@ def resource_limits(resources: Resources | EpisodeResources) -> dict[str, str]:
 
 def _env(spec: GymHostSpec, broker_url: str, secret_name: str) -> list[dict[str, object]]:
     env: list[dict[str, object]] = [{"name": e.name, "value": e.value} for e in spec.env]
+    env = with_home(env)
     env.append({"name": ENV_BROKER_URL, "value": broker_url})
     env.append(
         {
@@ -204,7 +216,7 @@ def episode_pod(
     container: dict[str, object] = {
         "name": EPISODE_CONTAINER_NAME,
         "image": spec.image,
-        "env": [{"name": e.name, "value": e.value} for e in spec.env],
+        "env": with_home([{"name": e.name, "value": e.value} for e in spec.env]),
         "resources": {"requests": dict(limits), "limits": limits},
         "securityContext": restricted_container_security(spec.user, read_only_root=False),
         "terminationMessagePolicy": "FallbackToLogsOnError",
