@@ -66,7 +66,7 @@ PACKAGES = {
 PASSWD = """\
 root:x:0:0:root:/root:/bin/sh
 nobody:x:65534:65534:nobody:/nonexistent:/bin/false
-"""
+"""  # noqa: S105 - /etc/passwd: account names, no password
 GROUP = """\
 root:x:0:
 nogroup:x:65534:

@@ -188,36 +188,17 @@ def _run_exec(
 ) -> ExecOutcome:
     started = time.monotonic()
     stdout, stderr = _Capped(max_output), _Capped(max_output)
-    # A refused upgrade ran nothing in the sandbox, so it is safe to try again: the API server's connection
-    # to a kubelet can be a stale one (answered "use of closed network connection").
-    for attempt in range(HANDSHAKE_ATTEMPTS):
-        try:
-            ws = stream(
-                core.connect_get_namespaced_pod_exec,
-                pod,
-                namespace,
-                command=argv,
-                container=container,
-                stdin=stdin is not None,
-                stdout=True,
-                stderr=True,
-                tty=False,
-                _preload_content=False,
-                binary=True,
-            )
-            break
-        except (ApiException, OSError, ValueError, WebSocketException) as e:
-            if attempt + 1 < HANDSHAKE_ATTEMPTS and time.monotonic() + HANDSHAKE_RETRY_SECONDS < deadline:
-                time.sleep(HANDSHAKE_RETRY_SECONDS)
-                continue
-            return ExecOutcome(
-                EXIT_UNREACHABLE,
-                b"",
-                str(getattr(e, "reason", e)).encode(),
-                False,
-                False,
-                time.monotonic() - started,
-            )
+    try:
+        ws = _connect(core, namespace, pod, container, argv, interactive=stdin is not None, deadline=deadline)
+    except (ApiException, OSError, ValueError, WebSocketException) as e:
+        return ExecOutcome(
+            EXIT_UNREACHABLE,
+            b"",
+            str(getattr(e, "reason", e)).encode(),
+            False,
+            False,
+            time.monotonic() - started,
+        )
     timed_out, status = False, {}
     try:
         if stdin is not None:
@@ -258,6 +239,40 @@ def _run_exec(
         time.monotonic() - started,
         missing,
     )
+
+
+def _connect(
+    core: client.CoreV1Api,
+    namespace: str,
+    pod: str,
+    container: str,
+    argv: list[str],
+    *,
+    interactive: bool,
+    deadline: float,
+) -> Any:
+    """The exec stream. A refused upgrade ran nothing in the sandbox, so it is tried again: the API server's
+    connection to a kubelet can be a stale one (answered "use of closed network connection")."""
+    for attempt in range(1, HANDSHAKE_ATTEMPTS + 1):
+        try:
+            return stream(
+                core.connect_get_namespaced_pod_exec,
+                pod,
+                namespace,
+                command=argv,
+                container=container,
+                stdin=interactive,
+                stdout=True,
+                stderr=True,
+                tty=False,
+                _preload_content=False,
+                binary=True,
+            )
+        except (ApiException, OSError, ValueError, WebSocketException):
+            if attempt == HANDSHAKE_ATTEMPTS or time.monotonic() + HANDSHAKE_RETRY_SECONDS >= deadline:
+                raise
+            time.sleep(HANDSHAKE_RETRY_SECONDS)
+    raise AssertionError("unreachable")  # the loop returns or raises
 
 
 def _drain(ws: Any, stdout: _Capped, stderr: _Capped) -> None:
