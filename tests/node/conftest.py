@@ -19,8 +19,9 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from tests.cluster_fixtures import Cluster, cluster_script
+from tests.cluster_fixtures import SHARED_PREFIX, Cluster, cluster_script
 from tests.integration.gymhosts import apply, eventually, sample
+from tests.namespaces import restricted_namespace
 
 node_script: Any = cluster_script.node_script()  # type: ignore[attr-defined]
 SHELL_IMAGE = node_script.SHELL_IMAGE
@@ -48,6 +49,14 @@ def real_node(cluster: Cluster, core: client.CoreV1Api) -> str:
     if why:
         pytest.skip(f"no real node: {why}")
     pytest.fail(f"this machine can run the real node, but no node labelled {REAL_NODE_SELECTOR} is Ready")
+
+
+def module_namespace(
+    core: client.CoreV1Api, tmp_path_factory: pytest.TempPathFactory, what: str
+) -> Iterator[str]:
+    """A restricted namespace for a module's shared objects, watched by the session's operator."""
+    suffix = tmp_path_factory.getbasetemp().name[-6:].lower().replace("_", "-")
+    yield from restricted_namespace(core, f"{SHARED_PREFIX}-node-{what}-{suffix}")
 
 
 def _is_ready(node: client.V1Node) -> bool:

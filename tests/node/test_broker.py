@@ -18,8 +18,7 @@ from tests.cluster_fixtures import BrokerProcess, Cluster, OperatorProcess
 from tests.integration.archives import tar_of, untar
 from tests.integration.episodes import Episodes
 from tests.integration.gymhosts import Hosts, apply
-from tests.namespaces import restricted_namespace
-from tests.node.conftest import SHELL_IMAGE, make_volume, node_host, node_script
+from tests.node.conftest import SHELL_IMAGE, make_volume, module_namespace, node_host, node_script
 
 PAYLOAD_BYTES = 50 * 1024 * 1024
 
@@ -55,8 +54,7 @@ def session(
 ) -> Iterator[Session]:
     """A Ready host under each runtime and a broker session authenticated by its lease token."""
     runtime = request.param
-    suffix = tmp_path_factory.getbasetemp().name[-6:].lower().replace("_", "-")
-    for namespace in restricted_namespace(core, f"t-node-broker-{runtime}-{suffix}"):
+    for namespace in module_namespace(core, tmp_path_factory, f"broker-{runtime}"):
         for _ in make_volume(cluster, namespace, real_node, tmp_path_factory.mktemp(f"broker-{runtime}")):
             name = f"{runtime}-broker"
             host = node_host(name, runtime)

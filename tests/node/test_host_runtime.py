@@ -12,8 +12,7 @@ import pytest
 from kubernetes import client
 from tests.cluster_fixtures import Cluster, OperatorProcess
 from tests.integration.gymhosts import Hosts, apply
-from tests.namespaces import restricted_namespace
-from tests.node.conftest import HEALTH_BODY, Volume, exec_in, make_volume, node_host
+from tests.node.conftest import HEALTH_BODY, Volume, exec_in, make_volume, module_namespace, node_host
 
 RUNTIMES = ["crun", "gvisor"]
 UID = 65532
@@ -41,8 +40,7 @@ def running_host(
 ) -> Iterator[RunningHost]:
     """One Ready host per runtime, shared by this module's tests (each only reads or writes its own file)."""
     runtime = request.param
-    namespace_name = f"t-node-{runtime}-{tmp_path_factory.getbasetemp().name[-6:]}".lower().replace("_", "-")
-    for namespace in restricted_namespace(core, namespace_name):
+    for namespace in module_namespace(core, tmp_path_factory, runtime):
         for volume in make_volume(cluster, namespace, real_node, tmp_path_factory.mktemp(runtime)):
             name = f"{runtime}-host"
             apply(cluster, namespace, node_host(name, runtime))
