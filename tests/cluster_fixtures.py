@@ -4,7 +4,6 @@ operator and broker as the chart's ServiceAccounts, and a fresh namespace per te
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import os
 import re
 import signal
@@ -21,6 +20,7 @@ import pytest
 import yaml
 from kubernetes import client, config
 
+from tests import hack_scripts
 from tests.integration.gymhosts import Hosts
 from tests.namespaces import restricted_namespace
 
@@ -31,17 +31,7 @@ LOG_TAIL_LINES = 15
 DIE_WITH_PARENT = ["setpriv", "--pdeathsig", "TERM", "--"]
 
 
-def _load_cluster_script() -> object:
-    spec = importlib.util.spec_from_file_location("gymsandbox_hack_cluster", ROOT / "hack" / "cluster.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-cluster_script = _load_cluster_script()
+cluster_script = hack_scripts.load("cluster")
 
 
 @dataclass(frozen=True)

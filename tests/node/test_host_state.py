@@ -3,28 +3,16 @@ down."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from typing import Any
 
 import pytest
 from kubernetes import client
-from tests.cluster_fixtures import ROOT, Cluster, cluster_script
+from tests import hack_scripts
+from tests.cluster_fixtures import Cluster, cluster_script
 from tests.integration.gymhosts import apply
 from tests.node.conftest import SHELL_IMAGE, node_script, wait_pod_ready
 
-
-def _load_host_state() -> Any:
-    spec = importlib.util.spec_from_file_location("gymsandbox_hack_hoststate", ROOT / "hack" / "hoststate.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-hoststate = _load_host_state()
+hoststate = hack_scripts.load("hoststate")
 
 
 def busy_pod(name: str, runtime: str) -> dict[str, Any]:

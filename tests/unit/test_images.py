@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import importlib.util
 import io
 import json
 import os
@@ -20,22 +19,14 @@ from typing import Any
 
 import pytest
 
+from tests import hack_scripts
+
 ROOT = Path(__file__).resolve().parents[2]
 REF = "localhost/gymsandbox/tiny:1"
 CONFIG = {"Entrypoint": ["/bin/tool"], "User": "65532:65532", "Env": ["PATH=/bin"]}
 
 
-def _load_images_script() -> Any:
-    spec = importlib.util.spec_from_file_location("gymsandbox_hack_images", ROOT / "hack" / "images.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-images = _load_images_script()
+images = hack_scripts.load("images")
 
 
 def make_tree(root: Path, mtime: int = 1_700_000_000) -> Path:
