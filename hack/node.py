@@ -5,6 +5,8 @@ gVisor (runsc), the CNI bridge, kube-proxy (nftables), kube-network-policies (en
     hack/node.py up        start the node against the running local control plane
     hack/node.py down      stop it and put the host back as it was
     hack/node.py check     say whether this machine can run the node (exit 0 if it can)
+    hack/node.py load IMAGE...  build hack/images.py's IMAGEs (e.g. gymsandbox) and load them into the
+                           running node's containerd; prints one `NAME=REFERENCE` line per image
 
 `hack/cluster.py up` calls `up` unless GYMSANDBOX_REAL_NODE=0 or the machine cannot run it (then one line says
 why and the cluster carries on with kwok nodes only). Host safety, the rules this file keeps:
@@ -135,10 +137,11 @@ def node_binaries() -> dict[str, Path]:
     return {name: Path(d) for name, d in (line.split("=", 1) for line in out.split())}
 
 
-def node_images(coredns: Path, *names: str) -> dict[str, tuple[str, Path]]:
+def node_images(coredns: Path | None, *names: str) -> dict[str, tuple[str, Path]]:
     """Build (or find cached) image archives with hack/images.py: short name -> (image reference, archive)."""
+    coredns_binary = ["--coredns-binary", str(coredns)] if coredns else []
     out = subprocess.run(
-        [sys.executable, str(HACK / "images.py"), "build", *names, "--coredns-binary", str(coredns)],
+        [sys.executable, str(HACK / "images.py"), "build", *names, *coredns_binary],
         check=True,
         stdout=subprocess.PIPE,
         text=True,
@@ -415,6 +418,20 @@ def running(cluster_paths: cluster.Paths) -> bool:
     return all(cluster.alive(pid) for pid in Processes(paths).pids.values())
 
 
+def load_images(cluster_paths: cluster.Paths, *names: str) -> dict[str, str]:
+    """Build the named images and import them into the running node's containerd: name -> reference."""
+    paths = NodePaths(cluster_paths.root / "node")
+    if not running(cluster_paths):
+        raise SystemExit("the real node is not running: start the cluster first (hack/cluster.py up)")
+    ctr = [str(Processes(paths).state["ctr"]), "-a", str(paths.socket), "-n", "k8s.io"]
+    loaded = {}
+    for name, (ref, archive) in node_images(None, *names).items():
+        log(f"loading {ref} into the node")
+        run(*ctr, "images", "import", str(archive))
+        loaded[name] = ref
+    return loaded
+
+
 def down(cluster_paths: cluster.Paths) -> None:
     """Stop the node and undo what `up` did to the host; safe to run at any point of a failed `up`."""
     paths = NodePaths(cluster_paths.root / "node")
@@ -523,6 +540,10 @@ def _remove_cgroups() -> None:
 def main() -> int:
     command = sys.argv[1] if len(sys.argv) == 2 else ""
     paths = cluster.Paths(cluster.STATE_DIR)
+    if sys.argv[1:2] == ["load"] and len(sys.argv) > 2:
+        for name, ref in load_images(paths, *sys.argv[2:]).items():
+            print(f"{name}={ref}")
+        return 0
     if command == "up":
         return 0 if up(paths) else 1
     if command == "down":

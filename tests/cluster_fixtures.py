@@ -118,10 +118,11 @@ def crds(cluster: Cluster) -> None:
     cluster.kubectl_run("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
 
 
-# Profiles beyond the sample's, for failure tests: a RuntimeClass that does not exist, and a node pool
-# that no node has.
+# Profiles beyond the sample's, for failure tests: a RuntimeClass that does not exist, one whose handler the
+# real node lacks (tests/node/test_failures.py makes it), and a node pool that no node has.
 TEST_PROFILES: dict[str, Any] = {
     "ghost": {"runtimeClassName": "ghost-runtime"},
+    "handlerless": {"runtimeClassName": "gs-handlerless"},
     "nowhere": {"runtimeClassName": "crun", "nodeSelector": {"gymsandbox.dev/pool": "none-such"}},
 }
 RESYNC_SECONDS = "3"

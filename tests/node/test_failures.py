@@ -1,18 +1,25 @@
-"""Failures for real: what a trainer reads in a host's status when its container crashes, runs out of memory
-or has no image, as the real kubelet reports it (no hand-patched pod status)."""
+"""Failures for real: what a trainer reads in a host's status when its container crashes, runs out of memory,
+has no image or asks for a runtime the node lacks, as the real kubelet reports it (no hand-patched status)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
+import pytest
 from kubernetes import client
 from tests.cluster_fixtures import Cluster, OperatorProcess
-from tests.integration.gymhosts import Hosts, apply
-from tests.node.conftest import Volume, node_host
+from tests.integration.episodes import Episodes, episode
+from tests.integration.gymhosts import Hosts, apply, eventually
+from tests.node.conftest import SHELL_IMAGE, Volume, node_host, node_script
+
+HANDLERLESS = "gs-handlerless"  # the RuntimeClass of the `handlerless` test profile
 
 
-def failed_host(cluster: Cluster, hosts: Hosts, namespace: str, reason: str, **spec: Any) -> dict[str, Any]:
-    apply(cluster, namespace, node_host("failing", "crun", **spec))
+def failed_host(
+    cluster: Cluster, hosts: Hosts, namespace: str, reason: str, runtime: str = "crun", **spec: Any
+) -> dict[str, Any]:
+    apply(cluster, namespace, node_host("failing", runtime, **spec))
     return hosts.wait_reason("failing", reason, timeout=120)["status"]
 
 
@@ -51,3 +58,49 @@ def test_image_that_is_not_on_the_node_reports_the_pull_failure(
     status = failed_host(cluster, hosts, namespace, "ImagePullBackOff", image="localhost/gymsandbox/absent:1")
     assert status["failure"]["kind"] == "Infrastructure"
     assert "localhost/gymsandbox/absent:1" in status["failure"]["message"]
+
+
+@pytest.fixture
+def handlerless_runtime_class(api_client: client.ApiClient) -> Iterator[str]:
+    """A RuntimeClass that schedules onto the real node, whose handler containerd there does not have."""
+    node_api = client.NodeV1Api(api_client)
+    taint = node_script.REAL_NODE_LABEL
+    body = {
+        "apiVersion": "node.k8s.io/v1",
+        "kind": "RuntimeClass",
+        "metadata": {"name": HANDLERLESS},
+        "handler": "gs-no-such-runtime",
+        "scheduling": {
+            "nodeSelector": {taint: "true"},
+            "tolerations": [{"key": taint, "operator": "Equal", "value": "true", "effect": "NoSchedule"}],
+        },
+    }
+    node_api.create_runtime_class(body)
+    yield HANDLERLESS
+    node_api.delete_runtime_class(HANDLERLESS)
+
+
+def test_runtime_handler_the_node_lacks_is_named_for_host_and_episode(
+    cluster: Cluster,
+    operator: OperatorProcess,
+    namespace: str,
+    hosts: Hosts,
+    volume: Volume,
+    api_client: client.ApiClient,
+    handlerless_runtime_class: str,
+) -> None:
+    """The RuntimeClass exists, so the pod is made, but the kubelet cannot start its sandbox: it says so only
+    in a FailedCreatePodSandBox event. Both kinds report that rather than PodNotReady for ever."""
+    episodes_spec = {**node_host("x", "crun")["spec"]["episodes"], "runtime": "handlerless"}
+    status = failed_host(cluster, hosts, namespace, "RuntimeHandlerMissing", runtime="handlerless",
+                         episodes=episodes_spec)  # fmt: skip
+    assert status["failure"]["kind"] == "Infrastructure"
+    assert "'gs-no-such-runtime'" in status["failure"]["message"]
+    assert "Stalled" not in [c["type"] for c in status["conditions"] if c["status"] == "True"]
+
+    episodes = Episodes(api_client, namespace)
+    episodes.create(episode("doomed", host="failing", image=SHELL_IMAGE, command=["sleep", "600"]))
+    eventually(lambda: episodes.ready_reason("doomed") == "RuntimeHandlerMissing", 60, "episode reason")
+    failure = (episodes.get("doomed") or {})["status"]["failure"]
+    assert failure["kind"] == "Infrastructure"
+    assert "'gs-no-such-runtime'" in failure["message"]

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import copy
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 
 from gymsandbox.api.conditions import FailureKind, Reason
-from gymsandbox.status.pod import PodFailure, read_pod
+from gymsandbox.status.pod import PodFailure, read_pod, sandbox_overdue
 
 T0 = "2024-05-01T10:00:00Z"
 T1 = "2024-05-01T10:00:07Z"
@@ -338,3 +339,70 @@ def test_terminating_pod_is_not_a_failure() -> None:
     pod["metadata"]["deletionTimestamp"] = T1
     pod["metadata"]["deletionGracePeriodSeconds"] = 10
     assert read_pod(pod).failure is None
+
+
+# The kubelet's FailedCreatePodSandBox messages, as containerd and CRI-O word a missing handler.
+CONTAINERD_NO_HANDLER = (
+    "Failed to create pod sandbox: rpc error: code = Unknown desc = unable to get OCI runtime for sandbox"
+    ' "84bf61e2": no runtime for "kata-qemu" is configured'
+)
+CRIO_NO_HANDLER = (
+    "Failed to create pod sandbox: rpc error: code = Unknown desc = failed to find runtime handler kata-qemu"
+    " from runtime list map[crun:0xc00047e300 runc:0xc00047ef00]"
+)
+CNI_NOT_READY = (
+    'Failed to create pod sandbox: plugin type="bridge" failed (add): failed to allocate for range 0'
+)
+
+
+def sandboxless_pod(since: str = T0) -> dict[str, Any]:
+    """Scheduled, its container waiting in ContainerCreating because the kubelet has no sandbox yet."""
+    pod = scheduled_pod("Pending", ready=False, state={"waiting": {"reason": "ContainerCreating"}})
+    pod["status"]["conditions"][0] = {
+        **_condition("PodReadyToStartContainers", "False"),
+        "lastTransitionTime": since,
+    }
+    return pod
+
+
+@pytest.mark.parametrize("message", [CONTAINERD_NO_HANDLER, CRIO_NO_HANDLER])
+def test_missing_runtime_handler_is_named_infrastructure(message: str) -> None:
+    failure = read_pod(sandboxless_pod(), sandbox_error=message).failure
+    assert failure is not None
+    assert (failure.kind, failure.reason) == (FailureKind.INFRASTRUCTURE, Reason.RUNTIME_HANDLER_MISSING)
+    assert "'kata-qemu'" in failure.message
+
+
+def test_other_sandbox_error_is_progress_with_the_kubelet_words() -> None:
+    reading = read_pod(sandboxless_pod(), sandbox_error=CNI_NOT_READY)
+    assert reading.failure is None
+    assert reading.progress_reason == Reason.POD_SANDBOX_FAILED
+    assert "failed to allocate for range 0" in reading.progress
+
+
+def test_pod_without_sandbox_error_is_plain_not_ready() -> None:
+    reading = read_pod(sandboxless_pod())
+    assert (reading.failure, reading.progress_reason) == (None, Reason.POD_NOT_READY)
+
+
+@pytest.mark.parametrize(
+    ("pod", "seconds_later", "overdue"),
+    [
+        (sandboxless_pod(), 4, False),  # within the grace: a normal start
+        (sandboxless_pod(), 5, True),
+        (waiting_pod("ContainerCreating", ""), 60, False),  # the sandbox exists: containers are starting
+        (running_ready_pod(), 60, False),
+        (unschedulable_pod("0/3 nodes are available"), 60, False),
+    ],
+)
+def test_sandbox_is_overdue_only_for_a_scheduled_pod_without_one_past_the_grace(
+    pod: dict[str, Any], seconds_later: int, overdue: bool
+) -> None:
+    moment = datetime.fromisoformat(T0.replace("Z", "+00:00")) + timedelta(seconds=seconds_later)
+    assert sandbox_overdue(pod, moment) is overdue
+
+
+def test_terminating_pod_is_never_overdue() -> None:
+    pod = sandboxless_pod()
+    pod["metadata"]["deletionTimestamp"] = T1
+    assert not sandbox_overdue(pod, datetime.fromisoformat("2030-01-01T00:00:00+00:00"))

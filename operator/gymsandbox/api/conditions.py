@@ -48,9 +48,11 @@ class Reason(StrEnum):
     NOT_ACCEPTED = "NotAccepted"
     EGRESS_NOT_READY = "EgressNotReady"
     POD_TERMINATING = "PodTerminating"
+    POD_SANDBOX_FAILED = "PodSandboxFailed"  # the kubelet could not make the sandbox yet; it keeps trying
     # Ready: failures
     UNSCHEDULABLE = "Unschedulable"
     RUNTIME_CLASS_NOT_FOUND = "RuntimeClassNotFound"
+    RUNTIME_HANDLER_MISSING = "RuntimeHandlerMissing"  # the RuntimeClass exists, the node has no such runtime
     PVC_NOT_BOUND = "PersistentVolumeClaimNotBound"
     IMAGE_PULL_BACK_OFF = "ImagePullBackOff"
     CRASH_LOOP_BACK_OFF = "CrashLoopBackOff"

@@ -9,12 +9,13 @@ from typing import Any, cast
 import kopf
 
 from gymsandbox.api.conditions import ConditionType, Reason
-from gymsandbox.handlers.kube import Kube
+from gymsandbox.handlers.kube import EVENT, Kube
 from gymsandbox.status.conditions import ConditionState, find
-from gymsandbox.status.pod import PodFailure
+from gymsandbox.status.pod import SANDBOX_EVENT_REASON, PodFailure, sandbox_overdue
 
 LOG_TAIL_LINES = 20
 LOG_TAIL_CHARS = 4096
+SANDBOX_ERROR_CHARS = 1024
 REDACTED = "[REDACTED]"
 TAILED_REASONS = frozenset({Reason.CRASH_LOOP_BACK_OFF, Reason.OOM_KILLED, Reason.POD_FAILED})
 
@@ -53,6 +54,20 @@ def logs_tail(kube: Kube, pod: Mapping[str, Any], container: str, token: str | N
     if token:
         text = text.replace(token, REDACTED)
     return "\n".join(text.splitlines()[-LOG_TAIL_LINES:])[-LOG_TAIL_CHARS:]
+
+
+def sandbox_error(kube: Kube, pod: Mapping[str, Any] | None, moment: datetime) -> str | None:
+    """Why the kubelet has not made the pod's sandbox (its latest FailedCreatePodSandBox event), asked only
+    once the pod is overdue. The kubelet puts it in no pod field."""
+    if pod is None or not sandbox_overdue(pod, moment):
+        return None
+    meta = pod["metadata"]
+    events = kube.list(
+        EVENT, meta["namespace"], fields=f"involvedObject.uid={meta['uid']},reason={SANDBOX_EVENT_REASON}"
+    )
+    latest = max(events, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""), default=None)
+    message = str((latest or {}).get("message") or "")
+    return message[:SANDBOX_ERROR_CHARS] or None
 
 
 def failure_fields(

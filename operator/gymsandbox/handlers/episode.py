@@ -39,7 +39,15 @@ from gymsandbox.desired.names import label_value
 from gymsandbox.desired.networkpolicy import egress_policy, episode_egress_rules
 from gymsandbox.desired.owner import TEMPLATE_HASH_ANNOTATION, Manifest, Owner, template_hash
 from gymsandbox.desired.pod import EPISODE_CONTAINER_NAME, episode_pod, episode_pod_name
-from gymsandbox.handlers.common import announce, failure_fields, now, parse_time, status_changed, timestamp
+from gymsandbox.handlers.common import (
+    announce,
+    failure_fields,
+    now,
+    parse_time,
+    sandbox_error,
+    status_changed,
+    timestamp,
+)
 from gymsandbox.handlers.context import ERROR_BACKOFF_SECONDS, RESYNC_SECONDS, OperatorContext
 from gymsandbox.handlers.gymhost import delete_pod, ensure_network_policy, ensure_pod
 from gymsandbox.handlers.kube import (
@@ -61,6 +69,7 @@ from gymsandbox.policy.episodes import EpisodeRequest, admit_episode, episode_ru
 from gymsandbox.policy.queue import EpisodeSlot, plan_queue
 from gymsandbox.status.conditions import merge_conditions
 from gymsandbox.status.episode import EpisodeObservation, compute_episode_conditions
+from gymsandbox.status.pod import sandbox_overdue
 
 KIND: Kind = "EpisodeSandbox"
 # How often each host's episodes are reaped and admitted even without events.
@@ -299,7 +308,9 @@ def _observe_episode(
         missing = f"RuntimeClass {profile.runtime_class_name} does not exist; no pod is created"
         return EpisodeObservation(admitted=True, runtime_class_missing=missing), children
     pod = ensure_pod(kube, owner, episode_pod(owner, spec, host_spec, profile))
-    return EpisodeObservation(admitted=True, pod=pod), children
+    return EpisodeObservation(
+        admitted=True, pod=pod, sandbox_error=sandbox_error(kube, pod, moment)
+    ), children
 
 
 def egress_targets_of(spec: EpisodeSandboxSpec) -> list[EgressTarget]:
@@ -345,7 +356,8 @@ def refresh_episode(ctx: OperatorContext, namespace: str, name: str) -> None:
 
 
 def episodes_needing_repair(ctx: OperatorContext, namespace: str, host_name: str, host_uid: str) -> list[str]:
-    """Admitted episodes whose Secret, NetworkPolicy or Pod is missing, or whose NetworkPolicy was edited:
+    """Admitted episodes whose Secret, NetworkPolicy or Pod is missing, or whose NetworkPolicy was edited, or
+    whose pod still waits for its sandbox (the kubelet's reason is in an event, which no watch here sees):
     three label-selected lists per host instead of a full reconcile of every episode."""
     kube = ctx.kube
     episodes = [
@@ -356,6 +368,7 @@ def episodes_needing_repair(ctx: OperatorContext, namespace: str, host_name: str
         and not e["metadata"].get("deletionTimestamp")
     ]
     selector = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_COMPONENT}={COMPONENT_EPISODE}"
+    moment = now()
     present: list[set[str]] = []
     for kind in (SECRET, NETWORK_POLICY, POD):
         children = kube.list(kind, namespace, labels=selector)
@@ -363,7 +376,8 @@ def episodes_needing_repair(ctx: OperatorContext, namespace: str, host_name: str
             {
                 (c["metadata"].get("labels") or {}).get(LABEL_EPISODE, "")
                 for c in children
-                if kind is not NETWORK_POLICY or not edited(c)
+                if not (kind is NETWORK_POLICY and edited(c))
+                and not (kind is POD and sandbox_overdue(c, moment))
             }
         )
     return [

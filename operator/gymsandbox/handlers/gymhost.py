@@ -35,6 +35,7 @@ from gymsandbox.handlers.common import (
     failure_fields,
     now,
     parse_time,
+    sandbox_error,
     status_changed,
     timestamp,
 )
@@ -239,6 +240,7 @@ def _observe(
         runtime_class_missing=runtime_missing,
         claim_problem=claim_problem(kube, owner.namespace, spec),
         pod=pod,
+        sandbox_error=sandbox_error(kube, pod, now),
     )
     return observation, children, spec
 

@@ -28,6 +28,7 @@ class EpisodeObservation:
     expired: bool = False
     runtime_class_missing: str | None = None
     pod: Mapping[str, Any] | None = None
+    sandbox_error: str | None = None  # the kubelet's FailedCreatePodSandBox message, once the pod is overdue
 
 
 @dataclass(frozen=True)
@@ -108,5 +109,7 @@ def _after_admission(observed: EpisodeObservation) -> EpisodeVerdict:
             ConditionState(ConditionType.POD_SCHEDULED, False, Reason.POD_PENDING, message),
             ConditionState(ConditionType.READY, False, Reason.POD_PENDING, message),
         )
-    scheduled, ready, failure = pod_conditions(observed.pod, Reason.SANDBOX_READY, "the sandbox is running")
+    scheduled, ready, failure = pod_conditions(
+        observed.pod, Reason.SANDBOX_READY, "the sandbox is running", observed.sandbox_error
+    )
     return _verdict(admitted, scheduled, ready, failure)

@@ -23,6 +23,7 @@ class HostObservation:
     runtime_class_missing: str | None = None  # the RuntimeClass the profile names, when it does not exist
     claim_problem: str | None = None  # why a PersistentVolumeClaim is unusable, if one is
     pod: Mapping[str, Any] | None = None
+    sandbox_error: str | None = None  # the kubelet's FailedCreatePodSandBox message, once the pod is overdue
 
 
 @dataclass(frozen=True)
@@ -107,7 +108,7 @@ def compute_host_conditions(observed: HostObservation) -> HostVerdict:
             ConditionState(ConditionType.READY, False, Reason.POD_PENDING, message),
         )
     scheduled, ready, failure = pod_conditions(
-        observed.pod, Reason.HOST_READY, "the host serves on its endpoint"
+        observed.pod, Reason.HOST_READY, "the host serves on its endpoint", observed.sandbox_error
     )
     if ready.status and observed.egress_error:
         ready = ConditionState(ConditionType.READY, False, Reason.EGRESS_NOT_READY, observed.egress_error)

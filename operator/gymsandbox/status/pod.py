@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 from gymsandbox.api.conditions import ConditionType, FailureKind, Reason
@@ -19,6 +21,12 @@ INFRASTRUCTURE_POD_REASONS = {
     "Shutdown": Reason.POD_LOST,
     "Terminated": Reason.POD_LOST,
 }
+# How long a scheduled pod may wait for its sandbox (its network and runtime) before the operator looks at
+# the kubelet's events for the reason: gVisor's sandbox takes about 2 s here, runc's well under one.
+SANDBOX_GRACE = timedelta(seconds=5)
+SANDBOX_EVENT_REASON = "FailedCreatePodSandBox"
+# How containerd and CRI-O word a RuntimeClass handler the node has no runtime for.
+MISSING_HANDLER = re.compile(r'no runtime for "([^"]+)" is configured|failed to find runtime handler (\S+)')
 
 
 @dataclass(frozen=True)
@@ -35,6 +43,7 @@ class PodReading:
     ready: bool
     failure: PodFailure | None
     progress: str  # a short human summary when neither ready nor failed
+    progress_reason: Reason = Reason.POD_NOT_READY
 
 
 def _get(obj: Mapping[str, Any] | None, *path: str) -> Any:
@@ -112,13 +121,46 @@ def _pod_failure(pod: Mapping[str, Any]) -> PodFailure | None:
     return None
 
 
-def read_pod(pod: Mapping[str, Any]) -> PodReading:
+def sandbox_overdue(pod: Mapping[str, Any], moment: datetime) -> bool:
+    """Scheduled, and the kubelet has not made its sandbox for longer than SANDBOX_GRACE: time to ask the
+    kubelet's events why. (Only then, so a normal start costs no extra read.)"""
+    waiting = _condition(pod, "PodReadyToStartContainers") or {}
+    since = waiting.get("lastTransitionTime")
+    return (
+        bool(_get(pod, "spec", "nodeName"))
+        and not _get(pod, "metadata", "deletionTimestamp")
+        and _get(pod, "status", "phase") == "Pending"
+        and waiting.get("status") == "False"
+        and isinstance(since, str)
+        and moment - datetime.fromisoformat(since.replace("Z", "+00:00")) >= SANDBOX_GRACE
+    )
+
+
+def _sandbox_failure(sandbox_error: str) -> PodFailure | None:
+    """A handler the node lacks never heals by itself; other sandbox errors (CNI, a busy runtime) may."""
+    missing = MISSING_HANDLER.search(sandbox_error)
+    if missing is None:
+        return None
+    handler = missing.group(1) or missing.group(2)
+    return PodFailure(
+        FailureKind.INFRASTRUCTURE,
+        Reason.RUNTIME_HANDLER_MISSING,
+        f"the node has no runtime for handler {handler!r} of the pod's RuntimeClass;"
+        f" the kubelet says: {sandbox_error}",
+    )
+
+
+def read_pod(pod: Mapping[str, Any], sandbox_error: str | None = None) -> PodReading:
+    """`sandbox_error` is the kubelet's latest FailedCreatePodSandBox message, read when sandbox_overdue."""
     scheduled = bool(_get(pod, "spec", "nodeName"))
-    failure = _pod_failure(pod)
+    failure = _pod_failure(pod) or (_sandbox_failure(sandbox_error) if sandbox_error else None)
     if failure:
         return PodReading(scheduled, False, failure, failure.message)
     if _get(pod, "metadata", "deletionTimestamp"):
         return PodReading(scheduled, False, None, "the pod is terminating")
+    if sandbox_error:
+        message = f"the node cannot create the pod's sandbox yet: {sandbox_error}"
+        return PodReading(scheduled, False, None, message, Reason.POD_SANDBOX_FAILED)
     phase = _get(pod, "status", "phase")
     if phase == "Running" and (_condition(pod, "Ready") or {}).get("status") == "True":
         return PodReading(scheduled, True, None, "ready")
@@ -127,10 +169,10 @@ def read_pod(pod: Mapping[str, Any]) -> PodReading:
 
 
 def pod_conditions(
-    pod: Mapping[str, Any], ready_reason: Reason, ready_message: str
+    pod: Mapping[str, Any], ready_reason: Reason, ready_message: str, sandbox_error: str | None = None
 ) -> tuple[ConditionState, ConditionState, PodFailure | None]:
     """PodScheduled and Ready as the pod reports them, with the owner's own reason for Ready=True."""
-    reading = read_pod(pod)
+    reading = read_pod(pod, sandbox_error)
     node = (pod.get("spec") or {}).get("nodeName")
     if reading.scheduled:
         scheduled = ConditionState(
@@ -145,6 +187,6 @@ def pod_conditions(
         ready = ConditionState(ConditionType.READY, True, ready_reason, ready_message)
     else:
         terminating = bool((pod.get("metadata") or {}).get("deletionTimestamp"))
-        reason = Reason.POD_TERMINATING if terminating else Reason.POD_NOT_READY
+        reason = Reason.POD_TERMINATING if terminating else reading.progress_reason
         ready = ConditionState(ConditionType.READY, False, reason, reading.progress)
     return scheduled, ready, reading.failure

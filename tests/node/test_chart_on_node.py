@@ -1,0 +1,138 @@
+"""The chart as a user installs it: the operator and the broker run as real pods on the real node, from the
+image built from the project's Dockerfile (hack/images.py), and serve a GymHost end to end. The host pod
+itself opens an episode through the in-cluster broker with its own lease and runs a command in it.
+
+Its own release, watching only its own namespace (`incluster-...`, which the session's operator process does
+not watch), so nothing here competes with the processes the rest of the suite runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from collections.abc import Iterator, Mapping
+
+import pytest
+import yaml
+from kubernetes import client
+from tests.cluster_fixtures import CHART, Cluster, chart_values, cluster_script, helm
+from tests.integration.gymhosts import Hosts, apply, eventually
+from tests.namespaces import restricted_namespace
+from tests.node.conftest import SHELL_IMAGE, Volume, exec_in, node_host, node_script
+
+RELEASE = "gs-incluster"
+RELEASE_NAMESPACE = "gymsandbox-incluster"
+HOST = "incluster"
+
+
+@pytest.fixture(scope="module")
+def image(cluster: Cluster, real_node: str) -> str:
+    """The project's image where the cluster's nodes have it: built and loaded into the local real node, or
+    GYMSANDBOX_TEST_IMAGE on another cluster (an image its nodes can pull or already hold)."""
+    if cluster.local:
+        paths = cluster_script.Paths(cluster_script.STATE_DIR)
+        return str(node_script.load_images(paths, "gymsandbox")["gymsandbox"])
+    if not os.environ.get("GYMSANDBOX_TEST_IMAGE"):
+        pytest.skip(
+            "KUBECONFIG's cluster: set GYMSANDBOX_TEST_IMAGE to the project's image its nodes can pull"
+        )
+    return os.environ["GYMSANDBOX_TEST_IMAGE"]
+
+
+def release_values(image: str, watched: str) -> dict[str, object]:
+    """The suite's policy, watching only `watched`, both Deployments pinned to the real node."""
+    repository, tag = image.rsplit(":", 1)
+    taint = node_script.REAL_NODE_LABEL
+    placement = {
+        "nodeSelector": {taint: "true"},
+        "tolerations": [{"key": taint, "operator": "Equal", "value": "true", "effect": "NoSchedule"}],
+    }
+    values = chart_values()
+    values["policy"]["watchNamespaces"] = [watched]
+    never_pull = "Never" if image.startswith("localhost/") else "IfNotPresent"
+    values["image"] = {"repository": repository, "tag": tag, "pullPolicy": never_pull}
+    values["operator"] = placement
+    values["broker"] = {"replicas": 1, **placement}
+    return values
+
+
+@pytest.fixture(scope="module")
+def release(
+    cluster: Cluster, image: str, namespace: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    values = tmp_path_factory.mktemp("incluster") / "values.yaml"
+    values.write_text(yaml.safe_dump(release_values(image, namespace)))
+    install = helm(
+        cluster,
+        "upgrade", "--install", RELEASE, str(CHART), "--namespace", RELEASE_NAMESPACE, "--create-namespace",
+        "--values", str(values), "--wait", "--timeout", "150s",
+    )  # fmt: skip
+    try:
+        assert install.returncode == 0, f"helm install failed:\n{install.stdout}\n{install.stderr}"
+        yield RELEASE
+    finally:
+        helm(cluster, "uninstall", RELEASE, "--namespace", RELEASE_NAMESPACE, "--wait", "--timeout", "120s")
+        cluster.kubectl_run("delete", "namespace", RELEASE_NAMESPACE, "--ignore-not-found", "--wait=false")
+
+
+@pytest.fixture(scope="module")
+def namespace(core: client.CoreV1Api, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The one namespace the in-cluster operator watches."""
+    suffix = tmp_path_factory.getbasetemp().name[-6:].lower().replace("_", "-")
+    yield from restricted_namespace(core, f"incluster-{suffix}")
+
+
+def test_chart_pods_run_on_the_real_node_from_the_built_image(
+    release: str, image: str, real_node: str, core: client.CoreV1Api
+) -> None:
+    pods = core.list_namespaced_pod(
+        RELEASE_NAMESPACE, label_selector="app.kubernetes.io/managed-by=Helm"
+    ).items
+    running = {p.metadata.name: (p.spec.node_name, p.spec.containers[0].image) for p in pods}
+    assert len(running) == 2, running  # one operator, one broker
+    assert set(running.values()) == {(real_node, image)}, running
+    for pod in pods:
+        assert all(s.ready and s.restart_count == 0 for s in pod.status.container_statuses), pod.status
+
+
+def test_a_host_applied_after_the_chart_becomes_ready_and_runs_an_episode_through_the_broker(
+    release: str,
+    cluster: Cluster,
+    namespace: str,
+    volume: Volume,
+    api_client: client.ApiClient,
+) -> None:
+    apply(cluster, namespace, node_host(HOST, "crun"))
+    pod = Hosts(api_client, namespace).wait_reason(HOST, "HostReady", timeout=180)["status"]["podName"]
+    # The host's own view: the broker's URL and its lease from its environment, busybox wget as the client.
+    body = {"rolloutId": "r-1", "image": SHELL_IMAGE, "command": ["sleep", "600"]}
+    episode = broker_call(cluster, namespace, pod, "/v1/episodes", body)["id"]
+    eventually(
+        lambda: broker_call(cluster, namespace, pod, f"/v1/episodes/{episode}")["ready"],
+        120,
+        f"episode {episode} Ready through the in-cluster broker",
+    )
+    script = {"shell": "echo from $(hostname); exit 7"}
+    result = broker_call(cluster, namespace, pod, f"/v1/episodes/{episode}/exec", script)
+    assert result["exitCode"] == 7, result
+    assert str(result["stdout"]).startswith("from "), result
+
+
+def broker_call(
+    cluster: Cluster, namespace: str, pod: str, path: str, body: Mapping[str, object] | None = None
+) -> dict[str, object]:
+    """One broker request made from inside the host pod (GET, or POST with a JSON body); the parsed reply."""
+    post = (
+        f"--header 'Content-Type: application/json' --post-data {shlex.quote(json.dumps(body))}"
+        if body
+        else ""
+    )
+    script = (
+        'wget -q -O - --header "Authorization: Bearer $GYMSANDBOX_LEASE_TOKEN" '
+        f'{post} "$GYMSANDBOX_BROKER_URL{path}"'
+    )
+    result = exec_in(cluster, namespace, pod, script)
+    assert result.returncode == 0, f"{path}: {result.stderr}"
+    reply: dict[str, object] = json.loads(result.stdout)
+    return reply
