@@ -142,6 +142,25 @@ def node_host(name: str, runtime: str, **spec: Any) -> dict[str, Any]:
     return host
 
 
+def shell_pod(name: str, runtime: str, command: list[str], **container: Any) -> dict[str, Any]:
+    """A bare pod of the shell image on the real node (no operator involved), as `restricted` admits it."""
+    security = {
+        "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True,
+        "runAsUser": 65532, "seccompProfile": {"type": "RuntimeDefault"},
+    }  # fmt: skip
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "runtimeClassName": runtime,
+            "automountServiceAccountToken": False,
+            "containers": [{"name": "c", "image": SHELL_IMAGE, "imagePullPolicy": "Never", "command": command,
+                            "securityContext": security, **container}],
+        },
+    }  # fmt: skip
+
+
 def exec_in(
     cluster: Cluster, namespace: str, pod: str, script: str, container: str | None = None
 ) -> subprocess.CompletedProcess[str]:

@@ -23,6 +23,7 @@ from tests.node.conftest import (
     module_namespace,
     node_host,
     node_script,
+    shell_pod,
     wait_pod_ready,
 )
 from tests.node.servers import BODY, RESOLVER_ANSWER, RESOLVER_NAME, Servers, started_servers
@@ -52,21 +53,7 @@ def control(
 ) -> Iterator[Pod]:
     """A pod on the real node in a namespace without any NetworkPolicy."""
     for namespace in module_namespace(core, tmp_path_factory, "control"):
-        security = {
-            "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True,
-            "runAsUser": 65532, "seccompProfile": {"type": "RuntimeDefault"},
-        }  # fmt: skip
-        pod = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": "control"},
-            "spec": {
-                "runtimeClassName": "crun",
-                "automountServiceAccountToken": False,
-                "containers": [{"name": "c", "image": SHELL_IMAGE, "imagePullPolicy": "Never",
-                                "command": ["sleep", "3600"], "securityContext": security}],
-            },
-        }  # fmt: skip
+        pod = shell_pod("control", "crun", ["sleep", "3600"])
         apply(cluster, namespace, pod)
         wait_pod_ready(core, namespace, "control")
         yield Pod(namespace, "control")

@@ -10,30 +10,16 @@ from kubernetes import client
 from tests import hack_scripts
 from tests.cluster_fixtures import Cluster, cluster_script
 from tests.integration.gymhosts import apply
-from tests.node.conftest import SHELL_IMAGE, node_script, wait_pod_ready
+from tests.node.conftest import node_script, shell_pod, wait_pod_ready
 
 hoststate = hack_scripts.load("hoststate")
 
 
 def busy_pod(name: str, runtime: str) -> dict[str, Any]:
-    security = {
-        "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True,
-        "runAsUser": 65532, "seccompProfile": {"type": "RuntimeDefault"},
-    }  # fmt: skip
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {
-            "runtimeClassName": runtime,
-            "automountServiceAccountToken": False,
-            "containers": [{"name": "c", "image": SHELL_IMAGE, "imagePullPolicy": "Never",
-                            "command": ["sh", "-c", "echo hi > /tmp/x; sleep 3600"],
-                            "securityContext": security,
-                            "volumeMounts": [{"name": "scratch", "mountPath": "/tmp"}]}],
-            "volumes": [{"name": "scratch", "emptyDir": {}}],
-        },
-    }  # fmt: skip
+    pod = shell_pod(name, runtime, ["sh", "-c", "echo hi > /tmp/x; sleep 3600"],
+                    volumeMounts=[{"name": "scratch", "mountPath": "/tmp"}])  # fmt: skip
+    pod["spec"]["volumes"] = [{"name": "scratch", "emptyDir": {}}]
+    return pod
 
 
 def test_node_down_leaves_the_host_as_it_found_it(
