@@ -52,7 +52,15 @@ def _parser() -> argparse.ArgumentParser:
         default=os.environ.get("GYMSANDBOX_NAMESPACE", "gymsandbox-system"),
         help="where the lease signing key lives (default: $GYMSANDBOX_NAMESPACE or gymsandbox-system)",
     )
-    operator.add_argument("--verbose", action="store_true", help="log handler activity")
+    operator.add_argument(
+        "--verbose", action="store_true", help="log every handler's activity, routine successes included"
+    )
+    operator.add_argument(
+        "--log-format",
+        choices=["full", "plain", "json"],
+        default="full",
+        help="full (time, logger, level; the default), plain (messages only) or json (a record per line)",
+    )
     broker = commands.add_parser("broker", help="serve the episode broker (HTTP) for Gym hosts")
     broker.add_argument("--policy", help="cluster policy YAML (default: $GYMSANDBOX_POLICY)")
     broker.add_argument(
@@ -76,7 +84,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _broker(args.policy, args.operator_namespace, args.listen)
     if args.command == "operator":
         return _operator(
-            args.policy, args.namespace, args.operator_namespace, liveness=args.liveness, verbose=args.verbose
+            args.policy,
+            args.namespace,
+            args.operator_namespace,
+            liveness=args.liveness,
+            verbose=args.verbose,
+            log_format=args.log_format,
         )
     print(__version__)
     return 0
@@ -111,7 +124,13 @@ def _chart_schema(output: Path, *, check: bool) -> int:
 
 
 def _operator(
-    policy: str | None, namespaces: list[str], operator_namespace: str, *, liveness: str | None, verbose: bool
+    policy: str | None,
+    namespaces: list[str],
+    operator_namespace: str,
+    *,
+    liveness: str | None,
+    verbose: bool,
+    log_format: str,
 ) -> int:
     policy = policy or os.environ.get("GYMSANDBOX_POLICY")
     if not policy:
@@ -121,7 +140,14 @@ def _operator(
         )
         return 2
     try:
-        run_operator(Path(policy), namespaces, operator_namespace, liveness=liveness, verbose=verbose)
+        run_operator(
+            Path(policy),
+            namespaces,
+            operator_namespace,
+            liveness=liveness,
+            verbose=verbose,
+            log_format=log_format,
+        )
     except (PolicyError, SigningKeyError) as e:
         print(f"gymsandbox operator: refusing to start: {e}", file=sys.stderr)
         return 2

@@ -14,16 +14,24 @@ from gymsandbox.api.names import FINALIZER, GROUP
 from gymsandbox.handlers.context import OperatorContext
 from gymsandbox.handlers.kube import Kube
 from gymsandbox.handlers.leases import ensure_signing_key
+from gymsandbox.logs import quiet_kopf
 from gymsandbox.policy.cluster import ClusterPolicy, load_policy
+
+# Handlers block on API calls; more threads than asyncio's default (CPUs + 4) keep episodes moving. Each may
+# hold an API connection: a smaller pool would discard (and log) a connection after nearly every burst.
+WORKERS = 32
 
 
 def api_client() -> client.ApiClient:
-    """In a pod, its service account; elsewhere, KUBECONFIG or ~/.kube/config."""
+    """In a pod, its service account; elsewhere, KUBECONFIG or ~/.kube/config. One pooled connection per
+    handler thread."""
+    configuration = client.Configuration()
     if os.environ.get("KUBERNETES_SERVICE_HOST"):
-        config.load_incluster_config()  # type: ignore[no-untyped-call]
-        return client.ApiClient()
-    api: client.ApiClient = config.new_client_from_config()  # type: ignore[no-untyped-call]
-    return api
+        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    else:
+        config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    configuration.connection_pool_maxsize = WORKERS
+    return client.ApiClient(configuration)
 
 
 def operator_settings() -> kopf.OperatorSettings:
@@ -44,8 +52,7 @@ def operator_settings() -> kopf.OperatorSettings:
     # A timer may delete its own object (expiry); kopf then waits for that timer to exit before it
     # releases the finalizer, checking every this many seconds (its default is 60).
     settings.background.cancellation_polling = 1
-    # Handlers block on API calls; more threads than asyncio's default (CPUs + 4) keep episodes moving.
-    settings.execution.max_workers = 32
+    settings.execution.max_workers = WORKERS
     return settings
 
 
@@ -56,10 +63,13 @@ def run_operator(
     *,
     liveness: str | None = None,
     verbose: bool = False,
+    log_format: str = "full",
 ) -> None:
     policy: ClusterPolicy = load_policy(policy_path)
     namespaces = namespaces or list(policy.watch_namespaces)
-    kopf.configure(verbose=verbose)
+    kopf.configure(verbose=verbose, log_format=kopf.LogFormat[log_format.upper()])
+    if not verbose:
+        quiet_kopf()
     logging.getLogger("kubernetes").setLevel(logging.WARNING)
     kube = Kube(api_client())
     context = OperatorContext(
@@ -68,6 +78,8 @@ def run_operator(
         signing_key=ensure_signing_key(kube, operator_namespace),
         namespaces=tuple(namespaces),
     )
+    scope = ", ".join(namespaces) if namespaces else "all namespaces"
+    logging.getLogger("gymsandbox").info("gymsandbox operator starting: watching %s", scope)
     kopf.run(
         settings=operator_settings(),
         standalone=True,

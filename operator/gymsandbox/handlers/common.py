@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -16,6 +17,8 @@ from gymsandbox.status.pod import SANDBOX_EVENT_REASON, PodFailure, sandbox_over
 LOG_TAIL_LINES = 20
 LOG_TAIL_CHARS = 4096
 SANDBOX_ERROR_CHARS = 1024
+# One line per change of Ready (the same change an event announces): what a quiet log keeps.
+TRANSITIONS = logging.getLogger("gymsandbox.transitions")
 REDACTED = "[REDACTED]"
 TAILED_REASONS = frozenset({Reason.CRASH_LOOP_BACK_OFF, Reason.OOM_KILLED, Reason.POD_FAILED})
 
@@ -94,6 +97,17 @@ def announce(
     ready = next(c for c in conditions if c.type == ConditionType.READY)
     if before.get("reason") == ready.reason and before.get("status") == ready.status_text:
         return
+    meta = body.get("metadata") or {}
+    TRANSITIONS.log(
+        logging.WARNING if failed else logging.INFO,
+        "%s %s/%s: Ready=%s %s: %s",
+        body.get("kind", "object"),
+        meta.get("namespace"),
+        meta.get("name"),
+        ready.status_text,
+        ready.reason,
+        ready.message,
+    )
     if failed:
         kopf.warn(cast(kopf.Body, body), reason=ready.reason, message=ready.message)
     elif ready.status:

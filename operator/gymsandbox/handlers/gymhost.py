@@ -330,7 +330,13 @@ def namespace_event(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     namespace = str(body.metadata.name)
     if not body.metadata.get("deletionTimestamp") or not ctx.watches(namespace):
         return
-    for host in ctx.kube.list(GYMHOST, namespace):
+    release_hosts(ctx, namespace, ctx.kube.list(GYMHOST, namespace))
+
+
+def release_hosts(ctx: OperatorContext, namespace: str, hosts: list[Manifest]) -> None:
+    """Release each listed host and drop our finalizer. A host gone since the list is done with; one
+    changed since is retried on the next event (kopf.TemporaryError, no traceback)."""
+    for host in hosts:
         meta = host["metadata"]
         finalizers = list(meta.get("finalizers") or [])
         if FINALIZER not in finalizers:
@@ -338,12 +344,19 @@ def namespace_event(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
         release(ctx, Owner(KIND, meta["name"], namespace, meta["uid"]))
         kept = [f for f in finalizers if f != FINALIZER]
         # resourceVersion makes it a compare-and-swap: a concurrent change wins and the next event retries.
-        ctx.kube.patch(
-            GYMHOST,
-            namespace,
-            meta["name"],
-            {"metadata": {"finalizers": kept, "resourceVersion": meta["resourceVersion"]}},
-        )
+        try:
+            ctx.kube.patch(
+                GYMHOST,
+                namespace,
+                meta["name"],
+                {"metadata": {"finalizers": kept, "resourceVersion": meta["resourceVersion"]}},
+            )
+        except ApiException as e:
+            if e.status == 404:
+                continue
+            if e.status == 409:
+                raise kopf.TemporaryError(f"gymhost {meta['name']} changed meanwhile", delay=1) from None
+            raise
 
 
 def release(ctx: OperatorContext, owner: Owner) -> None:

@@ -1,0 +1,107 @@
+"""The operator's default log, as `make run` shows it: a line per Ready transition, nothing while idle, and
+no traceback for an object that went away while it was being handled."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import kopf
+import pytest
+from kubernetes import client
+
+from gymsandbox.api.names import FINALIZER
+from gymsandbox.handlers.context import OperatorContext
+from gymsandbox.handlers.gymhost import release_hosts
+from gymsandbox.handlers.kube import GYMHOST, Kube
+from gymsandbox.leases import SigningKey
+from gymsandbox.policy.cluster import ClusterPolicy
+from tests.cluster_fixtures import Cluster, Identities, OperatorProcess, release_finalizers
+from tests.integration.gymhosts import Hosts, apply, sample
+
+pytestmark = pytest.mark.integration
+
+HOSTS = 10
+# Ten resyncs at the suite's GYMSANDBOX_RESYNC_SECONDS=3 and fifteen episode ticks per host: what a minute
+# and a half of the default 10 s resync would log.
+IDLE_SECONDS = 30
+
+
+@pytest.fixture
+def quiet_operator(
+    identities: Identities,
+    policy_file: Path,
+    own_namespace: str,
+    api_client: client.ApiClient,
+    tmp_path: Path,
+) -> Iterator[OperatorProcess]:
+    """An operator as the chart runs it by default (no --verbose), serving only `own_namespace`."""
+    handle = OperatorProcess.launch(
+        identities.operator, policy_file, tmp_path / "operator.log", [own_namespace], verbose=False
+    )
+    yield handle
+    handle.stop()
+    release_finalizers(api_client, (own_namespace,))
+
+
+def test_idle_operator_with_ten_ready_hosts_writes_nothing(
+    cluster: Cluster, quiet_operator: OperatorProcess, own_namespace: str, api_client: client.ApiClient
+) -> None:
+    claim, host = sample()
+    names = [f"quiet-{i}" for i in range(HOSTS)]
+    apply(cluster, own_namespace, claim, *({**host, "metadata": {"name": name}} for name in names))
+    hosts = Hosts(api_client, own_namespace)
+    for name in names:
+        hosts.wait_reason(name, "HostReady", timeout=60)
+    time.sleep(3)  # the last Ready line, and kopf's own start-up lines, are written
+    log = quiet_operator.output()
+    for name in names:
+        assert f"GymHost {own_namespace}/{name}: Ready=True HostReady" in log, log[-3000:]
+    assert not re.search(r"(Timer|Handler) '\w+' succeeded", log), log[-3000:]
+    before = len(log)
+    time.sleep(IDLE_SECONDS)
+    assert quiet_operator.output()[before:] == ""
+    assert "Traceback" not in quiet_operator.output()
+
+
+@pytest.fixture
+def context(api_client: client.ApiClient, own_namespace: str) -> OperatorContext:
+    return OperatorContext(
+        policy=ClusterPolicy(),
+        kube=Kube(api_client),
+        signing_key=SigningKey.generate(),
+        namespaces=(own_namespace,),
+    )
+
+
+def unwatched_host(cluster: Cluster, namespace: str, name: str) -> None:
+    """A host with our finalizer in a namespace no operator serves: only the test acts on it."""
+    _, host = sample()
+    host["metadata"] = {"name": name, "finalizers": [FINALIZER]}
+    apply(cluster, namespace, host)
+
+
+def test_releasing_a_host_deleted_since_the_list_is_no_error(
+    cluster: Cluster, own_namespace: str, context: OperatorContext
+) -> None:
+    unwatched_host(cluster, own_namespace, "gone")
+    listed = context.kube.list(GYMHOST, own_namespace)
+    context.kube.patch(GYMHOST, own_namespace, "gone", {"metadata": {"finalizers": None}})
+    assert context.kube.delete(GYMHOST, own_namespace, "gone")
+    assert context.kube.get(GYMHOST, own_namespace, "gone") is None
+    release_hosts(context, own_namespace, listed)  # a 404 here used to escape as a traceback
+
+
+def test_releasing_a_host_changed_since_the_list_is_retried_not_forced(
+    cluster: Cluster, own_namespace: str, context: OperatorContext
+) -> None:
+    unwatched_host(cluster, own_namespace, "changed")
+    listed = context.kube.list(GYMHOST, own_namespace)
+    context.kube.patch(GYMHOST, own_namespace, "changed", {"metadata": {"labels": {"touched": "yes"}}})
+    with pytest.raises(kopf.TemporaryError, match="changed meanwhile"):
+        release_hosts(context, own_namespace, listed)
+    current = context.kube.get(GYMHOST, own_namespace, "changed") or {}
+    assert FINALIZER in current["metadata"]["finalizers"]  # the newer state won
+    context.kube.patch(GYMHOST, own_namespace, "changed", {"metadata": {"finalizers": None}})
