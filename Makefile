@@ -61,7 +61,7 @@ run: venv binaries ## the main job: the operator (and the sample GymHost) on KUB
 bench: venv binaries ## N episodes (default 200) vs a plain-client baseline: latency, writes, RSS as ratios
 	$(PY) bench/episodes.py -n $(or $(N),200)
 
-image: ## build the container image: docker, podman or buildah, else daemonless with hack/images.py
+image: ## build the container image with docker or podman (none here: CI lints the Dockerfile instead)
 	hack/image.sh
 
 kind-e2e: venv ## kind cluster + image + chart, then tests/e2e against it (needs docker and kind; not run in CI)
