@@ -45,9 +45,23 @@ def _pod_placement() -> Schema:
     }
 
 
+def _close_pattern_keys(schema: Any) -> None:
+    """A map whose keys must match a pattern (e.g. DNS-label profile names) admits no other key: pydantic
+    leaves `additionalProperties` out beside `patternProperties`, which would let any other key through."""
+    if isinstance(schema, dict):
+        if "patternProperties" in schema:
+            schema.setdefault("additionalProperties", False)
+        for value in schema.values():
+            _close_pattern_keys(value)
+    elif isinstance(schema, list):
+        for value in schema:
+            _close_pattern_keys(value)
+
+
 def policy_schema() -> tuple[Schema, Schema]:
     """ClusterPolicy's JSON Schema without `broker` (the chart's to set): (schema, its $defs)."""
     schema = ClusterPolicy.model_json_schema(by_alias=True)
+    _close_pattern_keys(schema)
     definitions: Schema = schema.pop("$defs")
     definitions.pop("Broker")
     schema["properties"].pop("broker")

@@ -106,6 +106,12 @@ BAD_VALUES = {
     "digest-not-a-digest": ({"image": {"digest": "latest"}}, "at '/image/digest'"),
     "port-out-of-range": ({"broker": {"port": 70000}}, "at '/broker/port'"),
     "zero-replicas": ({"broker": {"replicas": 0}}, "at '/broker/replicas'"),
+    # A glob is not a namespace name (the operator's --namespace takes patterns; the policy does not).
+    "profile-name-not-a-dns-label": (
+        {"policy": {"runtimeProfiles": {"Kata_QEMU": {"runtimeClassName": "kata"}}}},
+        "additional properties 'Kata_QEMU' not allowed",
+    ),
+    "watch-namespace-glob": ({"policy": {"watchNamespaces": ["evals-*"]}}, "at '/policy/watchNamespaces/0'"),
 }
 
 

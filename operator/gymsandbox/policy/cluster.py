@@ -96,7 +96,10 @@ def _http_url(value: str) -> str:
     return value
 
 
-DnsLabel = Annotated[str, AfterValidator(_dns_label)]
+# The pattern also goes into the chart's values.schema.json, so helm refuses a bad name at install time.
+DnsLabel = Annotated[
+    str, AfterValidator(_dns_label), Field(json_schema_extra={"pattern": f"^{_DNS_LABEL.pattern}$"})
+]
 LabelKey = Annotated[str, AfterValidator(_label_key)]
 LabelValue = Annotated[str, AfterValidator(_label_value)]
 PolicyQuantity = Annotated[str, AfterValidator(_quantity)]
