@@ -92,7 +92,12 @@ def values_schema() -> Schema:
                 "imagePullSecrets": {"type": "array", "items": _closed({"name": _NAME}, ["name"])},
                 "securityContext": _closed({"runAsUser": _ID, "runAsGroup": _ID}),
                 "operator": _closed(
-                    {"verbose": {"type": "boolean"}, "healthPort": _PORT, **_pod_placement()}
+                    {
+                        "verbose": {"type": "boolean"},
+                        "logFormat": {"enum": ["full", "plain", "json"]},
+                        "healthPort": _PORT,
+                        **_pod_placement(),
+                    }
                 ),
                 "broker": _closed(
                     {"replicas": {"type": "integer", "minimum": 1}, "port": _PORT, **_pod_placement()}

@@ -111,6 +111,7 @@ BAD_VALUES = {
         {"policy": {"runtimeProfiles": {"Kata_QEMU": {"runtimeClassName": "kata"}}}},
         "additional properties 'Kata_QEMU' not allowed",
     ),
+    "log-format-unknown": ({"operator": {"logFormat": "xml"}}, "at '/operator/logFormat'"),
     "watch-namespace-glob": ({"policy": {"watchNamespaces": ["evals-*"]}}, "at '/policy/watchNamespaces/0'"),
 }
 
