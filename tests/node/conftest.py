@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 from tests.cluster_fixtures import SHARED_PREFIX, Cluster, cluster_script
-from tests.integration.gymhosts import apply, eventually, sample
+from tests.integration.gymhosts import Hosts, apply, eventually, sample
 from tests.namespaces import restricted_namespace
 
 node_script: Any = cluster_script.node_script()  # type: ignore[attr-defined]
@@ -61,6 +61,24 @@ def module_namespace(
 
 def _is_ready(node: client.V1Node) -> bool:
     return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
+
+
+def module_host(
+    cluster: Cluster,
+    core: client.CoreV1Api,
+    api_client: client.ApiClient,
+    node: str,
+    tmp_path_factory: pytest.TempPathFactory,
+    host: dict[str, Any],
+) -> Iterator[str]:
+    """A module's namespace with a volume on `node` and `host` applied there and HostReady; yields the
+    namespace, and removes it all afterwards."""
+    name = host["metadata"]["name"]
+    for namespace in module_namespace(core, tmp_path_factory, name):
+        for _ in make_volume(cluster, namespace, node, tmp_path_factory.mktemp(name)):
+            apply(cluster, namespace, host)
+            Hosts(api_client, namespace).wait_reason(name, "HostReady", timeout=180)
+            yield namespace
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,7 @@ from kubernetes import client
 from tests.cluster_fixtures import BrokerProcess, Cluster, OperatorProcess
 from tests.integration.archives import tar_of, untar
 from tests.integration.episodes import Episodes
-from tests.integration.gymhosts import Hosts, apply
-from tests.node.conftest import SHELL_IMAGE, make_volume, module_namespace, node_host, node_script
+from tests.node.conftest import SHELL_IMAGE, module_host, node_host, node_script
 
 PAYLOAD_BYTES = 50 * 1024 * 1024
 
@@ -54,18 +53,15 @@ def session(
 ) -> Iterator[Session]:
     """A Ready host under each runtime and a broker session authenticated by its lease token."""
     runtime = request.param
-    for namespace in module_namespace(core, tmp_path_factory, f"broker-{runtime}"):
-        for _ in make_volume(cluster, namespace, real_node, tmp_path_factory.mktemp(f"broker-{runtime}")):
-            name = f"{runtime}-broker"
-            host = node_host(name, runtime)
-            host["spec"]["episodes"]["images"].append(node_script.PAUSE_IMAGE)  # an image without sh
-            host["spec"]["resources"] = {"cpu": "100m", "memory": "128Mi", "ephemeralStorage": "1Gi"}
-            apply(cluster, namespace, host)
-            Hosts(api_client, namespace).wait_reason(name, "HostReady", timeout=180)
-            secret = core.read_namespaced_secret(f"{name}-lease", namespace)
-            token = base64.b64decode(secret.data["token"]).decode()
-            with httpx.Client(base_url=broker.url, timeout=120) as http:
-                yield Session(runtime, namespace, name, http, {"Authorization": f"Bearer {token}"})
+    name = f"{runtime}-broker"
+    host = node_host(name, runtime)
+    host["spec"]["episodes"]["images"].append(node_script.PAUSE_IMAGE)  # an image without sh
+    host["spec"]["resources"] = {"cpu": "100m", "memory": "128Mi", "ephemeralStorage": "1Gi"}
+    for namespace in module_host(cluster, core, api_client, real_node, tmp_path_factory, host):
+        secret = core.read_namespaced_secret(f"{name}-lease", namespace)
+        token = base64.b64decode(secret.data["token"]).decode()
+        with httpx.Client(base_url=broker.url, timeout=120) as http:
+            yield Session(runtime, namespace, name, http, {"Authorization": f"Bearer {token}"})
 
 
 @pytest.fixture(scope="module")

@@ -15,11 +15,11 @@ import pytest
 from kubernetes import client
 from tests.cluster_fixtures import Cluster, OperatorProcess
 from tests.integration.episodes import Episodes, episode
-from tests.integration.gymhosts import Hosts, apply, eventually
+from tests.integration.gymhosts import apply, eventually
 from tests.node.conftest import (
     SHELL_IMAGE,
     exec_in,
-    make_volume,
+    module_host,
     module_namespace,
     node_host,
     node_script,
@@ -80,12 +80,10 @@ def egress_host(
 ) -> Iterator[EgressHost]:
     """A Ready host whose allowlist is exactly the test server's PRIMARY:8080."""
     runtime = request.param
-    for namespace in module_namespace(core, tmp_path_factory, f"egress-{runtime}"):
-        for _ in make_volume(cluster, namespace, real_node, tmp_path_factory.mktemp(f"egress-{runtime}")):
-            name = f"{runtime}-egress"
-            apply(cluster, namespace, node_host(name, runtime, egress={"allow": [servers.allowed]}))
-            Hosts(api_client, namespace).wait_reason(name, "HostReady", timeout=180)
-            yield EgressHost(runtime, namespace, name, Pod(namespace, f"{name}-host"))
+    name = f"{runtime}-egress"
+    host = node_host(name, runtime, egress={"allow": [servers.allowed]})
+    for namespace in module_host(cluster, core, api_client, real_node, tmp_path_factory, host):
+        yield EgressHost(runtime, namespace, name, Pod(namespace, f"{name}-host"))
 
 
 def connects(cluster: Cluster, pod: Pod, target: str) -> bool:
