@@ -237,6 +237,7 @@ class OperatorProcess:
 
     process: subprocess.Popen[bytes]
     log: Path
+    metrics_url: str
 
     @classmethod
     def launch(
@@ -250,13 +251,15 @@ class OperatorProcess:
         }
         argv = [str(Path(sys.executable).parent / "gymsandbox"), "operator", "--policy", str(policy_file)]
         argv += ["--operator-namespace", OPERATOR_NAMESPACE, *(["--verbose"] if verbose else [])]
+        metrics_port = cluster_script.free_port()  # type: ignore[attr-defined]
+        argv += ["--metrics-listen", f"127.0.0.1:{metrics_port}"]
         for pattern in namespaces:
             argv += ["--namespace", pattern]
         with log.open("ab") as out:
             process = subprocess.Popen(
                 [*DIE_WITH_PARENT, *argv], stdout=out, stderr=subprocess.STDOUT, env=env
             )
-        handle = cls(process, log)
+        handle = cls(process, log, f"http://127.0.0.1:{metrics_port}/metrics")
         deadline = time.monotonic() + 30
         # Watching begins with gymhosts (cluster-wide) or with namespaces (when given patterns); the quiet
         # log says only that it starts.
@@ -364,18 +367,20 @@ class BrokerProcess:
     process: subprocess.Popen[bytes]
     url: str
     log: Path
+    metrics_url: str
 
     @classmethod
     def launch(cls, kubeconfig: Path, policy_file: Path, log: Path) -> BrokerProcess:
-        port = cluster_script.free_port()  # type: ignore[attr-defined]
+        port, metrics_port = (cluster_script.free_port() for _ in range(2))  # type: ignore[attr-defined]
         env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
         argv = [str(Path(sys.executable).parent / "gymsandbox"), "broker", "--policy", str(policy_file)]
         argv += ["--operator-namespace", OPERATOR_NAMESPACE, "--listen", f"127.0.0.1:{port}"]
+        argv += ["--metrics-listen", f"127.0.0.1:{metrics_port}"]
         with log.open("ab") as out:
             process = subprocess.Popen(
                 [*DIE_WITH_PARENT, *argv], stdout=out, stderr=subprocess.STDOUT, env=env
             )
-        handle = cls(process, f"http://127.0.0.1:{port}", log)
+        handle = cls(process, f"http://127.0.0.1:{port}", log, f"http://127.0.0.1:{metrics_port}/metrics")
         deadline = time.monotonic() + 30
         while not handle.healthy():
             if process.poll() is not None or time.monotonic() > deadline:

@@ -102,6 +102,20 @@ def values_schema() -> Schema:
                 "broker": _closed(
                     {"replicas": {"type": "integer", "minimum": 1}, "port": _PORT, **_pod_placement()}
                 ),
+                "metrics": _closed(
+                    {
+                        "enabled": {"type": "boolean"},
+                        "port": _PORT,
+                        "scrapers": {"type": "array", "items": {"type": "object"}, "minItems": 1},
+                        "serviceMonitor": _closed(
+                            {
+                                "enabled": {"type": "boolean"},
+                                "interval": {"type": "string", "pattern": "^[0-9]+(ms|s|m|h)$"},
+                                "labels": _STRING_MAP,
+                            }
+                        ),
+                    }
+                ),
                 "networkPolicy": _closed(
                     {
                         "enabled": {"type": "boolean"},

@@ -14,6 +14,16 @@ from gymsandbox.handlers.leases import SigningKeyError
 from gymsandbox.policy.cluster import PolicyError
 from gymsandbox.runner import run_operator
 
+Address = tuple[str, int]
+
+
+def listen_address(text: str) -> Address:
+    """`address:port` (an IPv6 address in brackets) for a server to bind."""
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise argparse.ArgumentTypeError(f"must be address:port, not {text!r}")
+    return host.strip("[]"), int(port)
+
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gymsandbox", description=__doc__)
@@ -61,10 +71,23 @@ def _parser() -> argparse.ArgumentParser:
         default="full",
         help="full (time, logger, level; the default), plain (messages only) or json (a record per line)",
     )
+    operator.add_argument(
+        "--metrics-listen",
+        type=listen_address,
+        help="serve Prometheus metrics on address:port, e.g. 0.0.0.0:9090 (default: off)",
+    )
     broker = commands.add_parser("broker", help="serve the episode broker (HTTP) for Gym hosts")
     broker.add_argument("--policy", help="cluster policy YAML (default: $GYMSANDBOX_POLICY)")
     broker.add_argument(
-        "--listen", default="0.0.0.0:8443", help="address:port to serve on (default 0.0.0.0:8443)"
+        "--listen",
+        type=listen_address,
+        default="0.0.0.0:8443",
+        help="address:port to serve on (default 0.0.0.0:8443)",
+    )
+    broker.add_argument(
+        "--metrics-listen",
+        type=listen_address,
+        help="serve Prometheus metrics on address:port, apart from the API (default: off)",
     )
     broker.add_argument(
         "--operator-namespace",
@@ -81,7 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "chart-schema":
         return _chart_schema(args.output, check=args.check)
     if args.command == "broker":
-        return _broker(args.policy, args.operator_namespace, args.listen)
+        return _broker(args.policy, args.operator_namespace, args.listen, args.metrics_listen)
     if args.command == "operator":
         return _operator(
             args.policy,
@@ -90,6 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             liveness=args.liveness,
             verbose=args.verbose,
             log_format=args.log_format,
+            metrics_listen=args.metrics_listen,
         )
     print(__version__)
     return 0
@@ -131,6 +155,7 @@ def _operator(
     liveness: str | None,
     verbose: bool,
     log_format: str,
+    metrics_listen: Address | None,
 ) -> int:
     policy = policy or os.environ.get("GYMSANDBOX_POLICY")
     if not policy:
@@ -147,6 +172,7 @@ def _operator(
             liveness=liveness,
             verbose=verbose,
             log_format=log_format,
+            metrics_listen=metrics_listen,
         )
     except (PolicyError, SigningKeyError) as e:
         print(f"gymsandbox operator: refusing to start: {e}", file=sys.stderr)
@@ -154,7 +180,9 @@ def _operator(
     return 0
 
 
-def _broker(policy: str | None, operator_namespace: str, listen: str) -> int:
+def _broker(
+    policy: str | None, operator_namespace: str, listen: Address, metrics_listen: Address | None
+) -> int:
     policy = policy or os.environ.get("GYMSANDBOX_POLICY")
     if not policy:
         print(
@@ -162,12 +190,8 @@ def _broker(policy: str | None, operator_namespace: str, listen: str) -> int:
             file=sys.stderr,
         )
         return 2
-    host, _, port = listen.rpartition(":")
-    if not host or not port.isdigit():
-        print(f"gymsandbox broker: --listen must be address:port, not {listen!r}", file=sys.stderr)
-        return 2
     try:
-        run_broker(Path(policy), operator_namespace, host.strip("[]"), int(port))
+        run_broker(Path(policy), operator_namespace, listen, metrics_listen)
     except (PolicyError, SigningKeyError) as e:
         print(f"gymsandbox broker: refusing to start: {e}", file=sys.stderr)
         return 2

@@ -15,6 +15,7 @@ from gymsandbox.handlers.context import OperatorContext
 from gymsandbox.handlers.kube import Kube
 from gymsandbox.handlers.leases import ensure_signing_key
 from gymsandbox.logs import quiet_kopf
+from gymsandbox.metrics import METRICS, count_watch_restarts, serve_metrics
 from gymsandbox.policy.cluster import ClusterPolicy, load_policy
 
 # Handlers block on API calls; more threads than asyncio's default (CPUs + 4) keep episodes moving. Each may
@@ -64,12 +65,14 @@ def run_operator(
     liveness: str | None = None,
     verbose: bool = False,
     log_format: str = "full",
+    metrics_listen: tuple[str, int] | None = None,
 ) -> None:
     policy: ClusterPolicy = load_policy(policy_path)
     namespaces = namespaces or list(policy.watch_namespaces)
     kopf.configure(verbose=verbose, log_format=kopf.LogFormat[log_format.upper()])
     if not verbose:
         quiet_kopf()
+    count_watch_restarts(METRICS, verbose)
     logging.getLogger("kubernetes").setLevel(logging.WARNING)
     kube = Kube(api_client())
     context = OperatorContext(
@@ -78,8 +81,11 @@ def run_operator(
         signing_key=ensure_signing_key(kube, operator_namespace),
         namespaces=tuple(namespaces),
     )
+    if metrics_listen:
+        serve_metrics(METRICS.registry, metrics_listen)
     scope = ", ".join(namespaces) if namespaces else "all namespaces"
-    logging.getLogger("gymsandbox").info("gymsandbox operator starting: watching %s", scope)
+    metrics = f"; metrics on port {metrics_listen[1]}" if metrics_listen else ""
+    logging.getLogger("gymsandbox").info("gymsandbox operator starting: watching %s%s", scope, metrics)
     kopf.run(
         settings=operator_settings(),
         standalone=True,

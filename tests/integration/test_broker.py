@@ -29,6 +29,7 @@ from tests.cluster_fixtures import (
 from tests.integration.archives import tar_of, untar
 from tests.integration.episodes import EPISODE_IMAGE, Episodes
 from tests.integration.gymhosts import Hosts, apply, eventually, sample, set_path
+from tests.scrape import scrape
 
 pytestmark = pytest.mark.integration
 
@@ -392,15 +393,28 @@ def test_calls_after_close_answer_session_lost(http: httpx.Client, host_token: s
 def test_metrics_count_requests_by_route_and_logs_hold_no_token(
     http: httpx.Client, host_token: str, sandbox: str, broker: BrokerProcess
 ) -> None:
-    run(http, host_token, sandbox, argv=["true"])
+    before = scrape(broker.metrics_url)
+    run(http, host_token, sandbox, shell="printf 12345")
+    put = http.put(f"/v1/episodes/{sandbox}/files/in/m.bin", content=b"x" * 1000, headers=auth(host_token))
+    assert put.status_code == 204, put.text
     http.get("/v1/episodes", headers=auth("Bearer garbage"))
-    text = http.get("/metrics").text
-    assert (
-        'gymsandbox_broker_requests_total{method="POST",route="/v1/episodes/{episode_id}/exec",status="200"}'
-        in text
-    )
-    assert 'gymsandbox_broker_exec_duration_seconds_count{outcome="ok"}' in text
-    assert 'status="401"' in text
+    http.get("/v1/episodes")
+    after = scrape(broker.metrics_url)
+    exec_route = {"route": "/v1/episodes/{episode_id}/exec", "method": "POST"}
+
+    def grown(name: str, **labels: str) -> float:
+        return after.value(name, **labels) - before.value(name, **labels)
+
+    assert grown("gymsandbox_broker_requests_total", status="200", **exec_route) == 1
+    assert grown("gymsandbox_broker_request_duration_seconds_count", **exec_route) == 1
+    assert grown("gymsandbox_broker_exec_duration_seconds_count", outcome="ok") == 1
+    assert grown("gymsandbox_broker_sandbox_bytes_total", call="exec", direction="out") == 5
+    assert grown("gymsandbox_broker_sandbox_bytes_total", call="transfer", direction="in") == 1000
+    assert grown("gymsandbox_broker_auth_failures_total", reason="malformed") == 1
+    assert grown("gymsandbox_broker_auth_failures_total", reason="missing_header") == 1
+    assert "gymsandbox_broker_requests_in_flight" in after.sample_names()
+    # Not on the API port, which every host pod can reach: only scrapers reach the metrics port.
+    assert http.get("/metrics").status_code == 422
     log = broker.log.read_text()
     assert '"route": "/v1/episodes/{episode_id}/exec"' in log
     assert host_token not in log

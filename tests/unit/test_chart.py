@@ -35,6 +35,15 @@ CUSTOM_VALUES: dict[str, Any] = {
             {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "trainers"}}}
         ],
     },
+    "metrics": {
+        "port": 9100,
+        "scrapers": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}],
+        "serviceMonitor": {
+            "enabled": True,
+            "interval": "15s",
+            "labels": {"release": "kube-prometheus-stack"},
+        },
+    },
     "policy": {"approvedImages": ["registry.example.com/gym/"], "watchNamespaces": ["evals"]},
 }
 
@@ -112,6 +121,11 @@ BAD_VALUES = {
         "additional properties 'Kata_QEMU' not allowed",
     ),
     "log-format-unknown": ({"operator": {"logFormat": "xml"}}, "at '/operator/logFormat'"),
+    "scrape-interval-not-a-duration": (
+        {"metrics": {"serviceMonitor": {"interval": "often"}}},
+        "at '/metrics/serviceMonitor/interval'",
+    ),
+    "no-scrapers": ({"metrics": {"scrapers": []}}, "at '/metrics/scrapers'"),
     "watch-namespace-glob": ({"policy": {"watchNamespaces": ["evals-*"]}}, "at '/policy/watchNamespaces/0'"),
 }
 
@@ -220,15 +234,20 @@ def test_no_role_grants_wildcards_or_escalation() -> None:
             assert "rbac.authorization.k8s.io" not in rule["apiGroups"], (name, rule)
 
 
-def test_network_policies_admit_only_managed_pods_to_the_broker_and_nothing_to_the_operator(
+def test_network_policies_admit_only_managed_pods_to_the_broker_and_only_scrapers_to_metrics(
     tmp_path: Path,
 ) -> None:
     rendered = objects(template(CUSTOM_VALUES, tmp_path))
+    scrapers = {
+        "from": CUSTOM_VALUES["metrics"]["scrapers"],
+        "ports": [{"protocol": "TCP", "port": 9100}],
+    }
     operator = rendered["NetworkPolicy", f"{RELEASE}-operator"]["spec"]
-    assert operator["ingress"] == []
+    assert operator["ingress"] == [scrapers]
     assert operator["policyTypes"] == ["Ingress", "Egress"]
     broker = rendered["NetworkPolicy", f"{RELEASE}-broker"]["spec"]
-    (ingress,) = broker["ingress"]
+    ingress, metrics = broker["ingress"]
+    assert metrics == scrapers
     assert ingress["ports"] == [{"protocol": "TCP", "port": 9443}]
     assert ingress["from"] == [
         {
@@ -247,3 +266,39 @@ def test_network_policies_admit_only_managed_pods_to_the_broker_and_nothing_to_t
 def test_network_policies_can_be_turned_off(tmp_path: Path) -> None:
     rendered = objects(template({"networkPolicy": {"enabled": False}}, tmp_path))
     assert not [key for key in rendered if key[0] == "NetworkPolicy"]
+
+
+def test_metrics_by_default_exclude_the_pods_gymsandbox_runs_and_may_be_turned_off(tmp_path: Path) -> None:
+    rendered = objects(template(None, tmp_path))
+    (scrapers,) = rendered["NetworkPolicy", f"{RELEASE}-operator"]["spec"]["ingress"]
+    assert scrapers["from"] == [
+        {
+            "namespaceSelector": {},
+            "podSelector": {
+                "matchExpressions": [
+                    {"key": "app.kubernetes.io/managed-by", "operator": "NotIn", "values": ["gymsandbox"]}
+                ]
+            },
+        }
+    ]
+    assert ("ServiceMonitor", f"{RELEASE}-metrics") not in rendered  # off unless asked
+    service = rendered["Service", f"{RELEASE}-metrics"]["spec"]
+    assert (service["clusterIP"], service["ports"][0]["targetPort"]) == ("None", "metrics")
+    for name in ("operator", "broker"):
+        (container,) = rendered["Deployment", f"{RELEASE}-{name}"]["spec"]["template"]["spec"]["containers"]
+        assert "--metrics-listen=0.0.0.0:9090" in container["args"]
+    off = objects(template({"metrics": {"enabled": False}}, tmp_path))
+    assert ("Service", f"{RELEASE}-metrics") not in off
+    assert off["NetworkPolicy", f"{RELEASE}-operator"]["spec"]["ingress"] == []
+    for name in ("operator", "broker"):
+        (container,) = off["Deployment", f"{RELEASE}-{name}"]["spec"]["template"]["spec"]["containers"]
+        assert not any(a.startswith("--metrics-listen") for a in container["args"])
+
+
+def test_a_metrics_port_already_taken_is_refused_by_name(tmp_path: Path) -> None:
+    result = run_helm(
+        "template", RELEASE, str(CHART), "--kube-version", KUBE_VERSION,
+        values={"metrics": {"port": 8443}}, tmp=tmp_path,
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert "metrics.port 8443 is already taken by broker.port or operator.healthPort" in result.stderr

@@ -26,6 +26,14 @@ app.kubernetes.io/name: gymsandbox-broker
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
+{{/* The metrics port, which must not be one the processes already serve on. */}}
+{{- define "gymsandbox.metricsPort" -}}
+{{- if or (eq (int .Values.metrics.port) (int .Values.broker.port)) (eq (int .Values.metrics.port) (int .Values.operator.healthPort)) -}}
+{{- fail (printf "metrics.port %d is already taken by broker.port or operator.healthPort: choose another" (int .Values.metrics.port)) -}}
+{{- end -}}
+{{ .Values.metrics.port }}
+{{- end }}
+
 {{/* The cluster policy the processes load: the admin's values, plus where this release's broker is. */}}
 {{- define "gymsandbox.policy" -}}
 {{- $policy := deepCopy .Values.policy -}}
@@ -81,4 +89,12 @@ seccompProfile:
     - ipBlock: {cidr: {{ . }}}
     {{- end }}
   {{- end }}
+{{- end }}
+
+{{/* Ingress to the metrics port, from metrics.scrapers only. */}}
+{{- define "gymsandbox.metricsIngress" -}}
+- from:
+    {{- toYaml .Values.metrics.scrapers | nindent 4 }}
+  ports:
+    - {protocol: TCP, port: {{ .Values.metrics.port }}}
 {{- end }}

@@ -214,11 +214,6 @@ async def _invalid(_: Request, error: Exception) -> Response:
     return JSONResponse({"code": "invalid_request", "message": problems[:2000]}, 422)
 
 
-@router.get("/metrics", include_in_schema=False)
-async def metrics(request: Request) -> Response:
-    return service(request).telemetry.exposition()
-
-
 def create_app(state: BrokerState) -> FastAPI:
     app = FastAPI(title="gymsandbox episode broker", version=PROTOCOL_VERSION)
     app.state.service = BrokerService(state)

@@ -42,10 +42,14 @@ class Caller:
 
 def bearer_token(header: str | None) -> str:
     if not header:
-        raise BrokerError("unauthorized", "missing Authorization header (Bearer <lease token>)")
+        raise BrokerError(
+            "unauthorized", "missing Authorization header (Bearer <lease token>)", cause="missing_header"
+        )
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
-        raise BrokerError("unauthorized", "the Authorization header must be 'Bearer <lease token>'")
+        raise BrokerError(
+            "unauthorized", "the Authorization header must be 'Bearer <lease token>'", cause="not_bearer"
+        )
     return token.strip()
 
 
@@ -64,7 +68,7 @@ def authenticate(header: str | None, objects: LiveObjects, key: SigningKey) -> C
             token, key, {**live, "kind": unverified.kind}, scopes=EVERY_SCOPE, now=int(time.time())
         )
     except TokenError as e:
-        raise BrokerError("unauthorized", f"invalid lease token: {e.message}") from None
+        raise BrokerError("unauthorized", f"invalid lease token: {e.message}", cause=e.code) from None
     return Caller(claims, live)
 
 

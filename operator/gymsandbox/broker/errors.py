@@ -38,11 +38,14 @@ STATUS: dict[ErrorCode, int] = {
 class BrokerError(Exception):
     """Raised anywhere in a request; the app turns it into `{code, message}` with the code's status."""
 
-    def __init__(self, code: ErrorCode, message: str, *, retry_after: int | None = None) -> None:
+    def __init__(
+        self, code: ErrorCode, message: str, *, retry_after: int | None = None, cause: str | None = None
+    ) -> None:
         super().__init__(f"{code}: {message}")
         self.code: ErrorCode = code
         self.message = message
         self.retry_after = retry_after
+        self.cause = cause  # a bounded word for metrics (why a token was refused), never shown
 
     @property
     def status(self) -> int:

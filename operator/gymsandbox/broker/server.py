@@ -19,6 +19,7 @@ from gymsandbox.broker.backend import KubeBackend
 from gymsandbox.broker.service import BrokerSettings, BrokerState
 from gymsandbox.handlers.kube import Kube
 from gymsandbox.handlers.leases import wait_for_signing_key
+from gymsandbox.metrics import serve_metrics
 from gymsandbox.policy.cluster import load_policy
 from gymsandbox.runner import api_client
 
@@ -58,14 +59,23 @@ def build_state(policy_path: Path, operator_namespace: str) -> BrokerState:
     )
 
 
-def run_broker(policy_path: Path, operator_namespace: str, host: str, port: int) -> None:
+def run_broker(
+    policy_path: Path,
+    operator_namespace: str,
+    listen: tuple[str, int],
+    metrics_listen: tuple[str, int] | None = None,
+) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     state = build_state(policy_path, operator_namespace)
+    app = create_app(state)
+    if metrics_listen:
+        # Apart from the API port, which every host pod may reach: scrapers only (the chart's NetworkPolicy).
+        serve_metrics(app.state.service.telemetry.registry, metrics_listen)
     # Our access log (broker/telemetry.py) replaces uvicorn's: route templates, status, timing, never headers.
     config = uvicorn.Config(
-        create_app(state),
-        host=host,
-        port=port,
+        app,
+        host=listen[0],
+        port=listen[1],
         log_level="info",
         timeout_graceful_shutdown=GRACE_SECONDS,
         access_log=False,

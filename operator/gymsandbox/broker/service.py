@@ -110,10 +110,14 @@ class BrokerService:
 
     def __init__(self, state: BrokerState) -> None:
         self.state = state
-        self.telemetry = Telemetry()
+        self.telemetry = Telemetry(in_flight=lambda: state.in_flight)
 
     async def caller(self, authorization: str | None) -> Caller:
-        return await run_in_threadpool(authenticate, authorization, self.state.backend, self.state.key)
+        try:
+            return await run_in_threadpool(authenticate, authorization, self.state.backend, self.state.key)
+        except BrokerError as e:
+            self.telemetry.auth_failed(e.cause)
+            raise
 
     async def episode(
         self, caller: Caller, episode_id: str, *, destroy: bool, rollout: str | None
@@ -248,6 +252,7 @@ class BrokerService:
             stderr = outcome.stderr + b"\n[the sandbox pod was deleted or stopped during the command]\n"
             outcome = replace(outcome, exit_code=EXIT_UNREACHABLE, stderr=stderr)
         self.telemetry.observe_exec(outcome.exit_code, outcome.duration_seconds)
+        self.telemetry.moved("exec", 0, len(outcome.stdout) + len(outcome.stderr))
         return ExecResult(
             exit_code=outcome.exit_code,
             stdout=outcome.stdout.decode(errors="replace"),
@@ -324,6 +329,7 @@ class BrokerService:
             max_output=max_output or settings.max_transfer_bytes,
             stdin=stdin,
         )
+        self.telemetry.moved("transfer", len(stdin or b""), len(outcome.stdout))
         raise_if_tool_missing(outcome)
         if outcome.exit_code == EXIT_UNREACHABLE or outcome.timed_out:
             raise BrokerError("backend_error", "the sandbox could not be reached for the transfer")

@@ -1,5 +1,7 @@
-"""Metrics (Prometheus) and one structured log line per request. Neither ever sees a header, so no token
-can reach them; paths are reported by route template, not as requested."""
+"""Metrics (Prometheus, served apart from the API by `--metrics-listen`) and one structured log line per
+request. Neither ever sees a header, so no token can reach them; paths are reported by route template, not as
+requested, and no label holds a host or episode name.
+"""
 
 from __future__ import annotations
 
@@ -9,43 +11,76 @@ import time
 from collections.abc import Awaitable, Callable
 
 from fastapi import Request, Response
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 log = logging.getLogger("gymsandbox.broker.access")
 
+EXEC_OUTCOMES = {0: "ok", -1: "deadline", -2: "unreachable"}
+
+
+def exec_outcome(exit_code: int) -> str:
+    """ok, deadline (-1: the timeout passed), unreachable (-2: the sandbox was not reached) or nonzero."""
+    return EXEC_OUTCOMES.get(exit_code, "nonzero")
+
 
 class Telemetry:
-    def __init__(self) -> None:
-        self.registry = CollectorRegistry()
+    def __init__(self, in_flight: Callable[[], float] = lambda: 0) -> None:
+        self.registry = registry = CollectorRegistry()
         self.requests = Counter(
             "gymsandbox_broker_requests",
             "Requests by route template, method and HTTP status",
             ["route", "method", "status"],
-            registry=self.registry,
+            registry=registry,
+        )
+        self.request_seconds = Histogram(
+            "gymsandbox_broker_request_duration_seconds",
+            "Request latency by route template and method",
+            ["route", "method"],
+            registry=registry,
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
         )
         self.exec_seconds = Histogram(
             "gymsandbox_broker_exec_duration_seconds",
-            "Wall time of exec calls in sandboxes, by exit class",
+            "Wall time of exec calls in sandboxes, by outcome (ok, nonzero, deadline, unreachable)",
             ["outcome"],
-            registry=self.registry,
+            registry=registry,
             buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
         )
+        self.sandbox_bytes = Counter(
+            "gymsandbox_broker_sandbox_bytes",
+            "Bytes moved into and out of sandboxes, by call (exec, transfer) and direction (in, out)",
+            ["call", "direction"],
+            registry=registry,
+        )
+        self.auth_failures = Counter(
+            "gymsandbox_broker_auth_failures",
+            "Refused lease tokens by reason (missing_header, not_bearer, expired, bad_signature, ...)",
+            ["reason"],
+            registry=registry,
+        )
+        Gauge(
+            "gymsandbox_broker_requests_in_flight", "Requests being served", registry=registry
+        ).set_function(in_flight)
 
     def observe_exec(self, exit_code: int, seconds: float) -> None:
-        outcome = {0: "ok", -1: "deadline", -2: "unreachable"}.get(exit_code, "nonzero")
-        self.exec_seconds.labels(outcome).observe(seconds)
+        self.exec_seconds.labels(exec_outcome(exit_code)).observe(seconds)
 
-    def exposition(self) -> Response:
-        return Response(generate_latest(self.registry), media_type=CONTENT_TYPE_LATEST)
+    def moved(self, call: str, sent: int, received: int) -> None:
+        self.sandbox_bytes.labels(call, "in").inc(sent)
+        self.sandbox_bytes.labels(call, "out").inc(received)
+
+    def auth_failed(self, reason: str | None) -> None:
+        self.auth_failures.labels(reason or "other").inc()
 
     async def middleware(
         self, request: Request, call_next: Callable[[Request], Awaitable[Response]]
     ) -> Response:
         started = time.monotonic()
         response = await call_next(request)
+        seconds = time.monotonic() - started
         route = getattr(request.scope.get("route"), "path", "unmatched")
         self.requests.labels(route, request.method, str(response.status_code)).inc()
+        self.request_seconds.labels(route, request.method).observe(seconds)
         log.info(
             json.dumps(
                 {
@@ -53,7 +88,7 @@ class Telemetry:
                     "method": request.method,
                     "status": response.status_code,
                     "episode": request.path_params.get("episode_id"),
-                    "seconds": round(time.monotonic() - started, 4),
+                    "seconds": round(seconds, 4),
                 }
             )
         )

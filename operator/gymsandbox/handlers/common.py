@@ -11,6 +11,7 @@ import kopf
 
 from gymsandbox.api.conditions import ConditionType, Reason
 from gymsandbox.handlers.kube import EVENT, Kube
+from gymsandbox.metrics import METRICS
 from gymsandbox.status.conditions import ConditionState, find
 from gymsandbox.status.pod import SANDBOX_EVENT_REASON, PodFailure, sandbox_overdue
 
@@ -20,6 +21,7 @@ SANDBOX_ERROR_CHARS = 1024
 # One line per change of Ready (the same change an event announces): what a quiet log keeps.
 TRANSITIONS = logging.getLogger("gymsandbox.transitions")
 REDACTED = "[REDACTED]"
+RESOURCES = {"GymHost": "gymhosts", "EpisodeSandbox": "episodesandboxes"}
 TAILED_REASONS = frozenset({Reason.CRASH_LOOP_BACK_OFF, Reason.OOM_KILLED, Reason.POD_FAILED})
 
 
@@ -90,14 +92,24 @@ def failure_fields(
 
 
 def announce(
-    body: Mapping[str, Any], previous: Mapping[str, Any], conditions: Sequence[ConditionState], failed: bool
+    body: Mapping[str, Any],
+    previous: Mapping[str, Any],
+    conditions: Sequence[ConditionState],
+    failure: PodFailure | None,
 ) -> None:
-    """One event per change of Ready's reason: Warning for a failure or refusal, Normal when Ready."""
+    """One event, one log line and the metrics per change of Ready's reason: Warning for a failure or
+    refusal, Normal when Ready."""
     before = find(previous.get("conditions") or [], ConditionType.READY) or {}
     ready = next(c for c in conditions if c.type == ConditionType.READY)
     if before.get("reason") == ready.reason and before.get("status") == ready.status_text:
         return
     meta = body.get("metadata") or {}
+    failed = failure is not None
+    resource = RESOURCES.get(str(body.get("kind")), "unknown")
+    if failure is not None:
+        METRICS.failed(resource, str(meta.get("uid")), str(failure.kind), str(failure.reason))
+    elif ready.status:
+        METRICS.ready(resource, str(meta.get("uid")))
     TRANSITIONS.log(
         logging.WARNING if failed else logging.INFO,
         "%s %s/%s: Ready=%s %s: %s",

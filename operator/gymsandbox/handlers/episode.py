@@ -12,9 +12,10 @@ create, spec change (renewal), pod events and the resync timer.
 
 from __future__ import annotations
 
+from collections import Counter as Tally
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import kopf
@@ -63,6 +64,7 @@ from gymsandbox.handlers.kube import (
 )
 from gymsandbox.handlers.leases import ensure_lease_secret
 from gymsandbox.leases import Claims, Kind, Scope
+from gymsandbox.metrics import METRICS, episode_phase
 from gymsandbox.policy.admission import Refusal, admit_gymhost
 from gymsandbox.policy.egress import EgressError, EgressTarget, ResolutionError, egress_targets, resolve
 from gymsandbox.policy.episodes import EpisodeRequest, admit_episode, episode_runtime, episode_ttl_seconds
@@ -72,6 +74,7 @@ from gymsandbox.status.episode import EpisodeObservation, compute_episode_condit
 from gymsandbox.status.pod import sandbox_overdue
 
 KIND: Kind = "EpisodeSandbox"
+RESOURCE = "episodesandboxes"
 # How often each host's episodes are reaped and admitted even without events.
 REAP_SECONDS = 2.0
 
@@ -168,11 +171,14 @@ def sync_host_episodes(ctx: OperatorContext, host: Manifest, moment: datetime) -
         plan = plan_queue(list(slots.values()), host_spec.episodes.max_concurrent, moment)
         for name in plan.expired:
             # Only this exact state: a renewal that landed since the listing wins over the reaper.
-            kube.delete(
+            if kube.delete(
                 EPISODE, namespace, name, resource_version=by_name[name]["metadata"]["resourceVersion"]
-            )
+            ):
+                expired_at = slots[name].expires_at or moment
+                METRICS.reaped(RESOURCE, "expired", (datetime.now(UTC) - expired_at).total_seconds())
         touched = list(plan.timed_out)
         for name in plan.admit:
+            METRICS.created(by_name[name]["metadata"]["uid"], by_name[name]["metadata"]["creationTimestamp"])
             spec = EpisodeSandboxSpec.model_validate(by_name[name]["spec"])
             expires = moment + timedelta(seconds=effective_ttl(spec, host_spec, ctx))
             _patch_status(
@@ -181,6 +187,8 @@ def sync_host_episodes(ctx: OperatorContext, host: Manifest, moment: datetime) -
                 name,
                 {"admittedAt": timestamp(moment), "expiresAt": timestamp(expires), "queuePosition": None},
             )
+            waited = (by_name[name].get("status") or {}).get("queuePosition") is not None
+            METRICS.admitted(by_name[name]["metadata"]["uid"], waited=waited)
             touched.append(name)
         for name, position in plan.positions.items():
             if (by_name[name].get("status") or {}).get("queuePosition") != position:
@@ -196,6 +204,11 @@ def sync_host_episodes(ctx: OperatorContext, host: Manifest, moment: datetime) -
             ):
                 _patch_status(kube, namespace, name, {"expiresAt": timestamp(episode_slot.expires_at)})
                 touched.append(name)
+        METRICS.episodes.set(
+            meta["uid"],
+            namespace,
+            Tally(episode_phase(e) for e in episodes if e["metadata"]["name"] not in plan.expired),
+        )
         counts = {"active": plan.active, "queued": plan.queued}
         if (host.get("status") or {}).get("episodes") != counts:
             _patch_status(kube, namespace, meta["name"], {"episodes": counts}, kind=GYMHOST)
@@ -324,7 +337,7 @@ def episode_status(ctx: OperatorContext, episode: Mapping[str, Any], moment: dat
     observation, children = observe_episode(ctx, episode, moment)
     verdict = compute_episode_conditions(observation)
     generation = int(meta.get("generation") or 0)
-    announce(episode, previous, verdict.conditions, failed=verdict.failure is not None)
+    announce(episode, previous, verdict.conditions, verdict.failure)
     pod = observation.pod or {}
     return {
         "observedGeneration": generation,
@@ -404,8 +417,11 @@ def sync_and_refresh(ctx: OperatorContext, namespace: str, host_name: str) -> No
 @kopf.on.resume(GROUP, VERSION, "episodesandboxes", backoff=ERROR_BACKOFF_SECONDS)
 @kopf.on.create(GROUP, VERSION, "episodesandboxes", backoff=ERROR_BACKOFF_SECONDS)
 @kopf.on.update(GROUP, VERSION, "episodesandboxes", field="spec", backoff=ERROR_BACKOFF_SECONDS)
-def reconcile_episode(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+@METRICS.timed("episode_reconcile")
+def reconcile_episode(body: kopf.Body, memo: kopf.Memo, reason: str, **_: Any) -> None:
     ctx: OperatorContext = memo.context
+    if reason == "create":
+        METRICS.created(str(body.metadata.uid), str(body.metadata.creation_timestamp))
     host_name = (body.spec.get("hostRef") or {}).get("name")
     if isinstance(host_name, str):
         sync_and_refresh(ctx, str(body.metadata.namespace), host_name)
@@ -413,6 +429,7 @@ def reconcile_episode(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
 
 
 @kopf.timer(GROUP, VERSION, "gymhosts", interval=REAP_SECONDS, backoff=ERROR_BACKOFF_SECONDS)
+@METRICS.timed("episodes_tick")
 def episodes_tick(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """Reaping, admission and drift repair on a clock: expiries happen without events, and so does a
     restart's backlog. (Episodes get no timer of their own: kopf would put a finalizer on each, and a
@@ -427,18 +444,21 @@ def episodes_tick(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
 
 
 @kopf.on.event(GROUP, VERSION, "episodesandboxes")
+@METRICS.timed("episode_event")
 def episode_event(body: kopf.Body, type: str | None, memo: kopf.Memo, **_: Any) -> None:
     """A deleted episode frees its slot: admit the next one now rather than at the next tick."""
     ctx: OperatorContext = memo.context
     if type != "DELETED":
         return
     ctx.locks.forget(str(body.metadata.uid))
+    METRICS.forget(str(body.metadata.uid))
     host_name = (body.spec.get("hostRef") or {}).get("name")
     if isinstance(host_name, str):
         sync_and_refresh(ctx, str(body.metadata.namespace), host_name)
 
 
 @kopf.on.event("v1", "pods", labels={LABEL_MANAGED_BY: MANAGED_BY, LABEL_COMPONENT: COMPONENT_EPISODE})
+@METRICS.timed("episode_pod_changed")
 def episode_pod_changed(body: kopf.Body, type: str | None, memo: kopf.Memo, **_: Any) -> None:
     owner_ref = next((r for r in body.metadata.get("ownerReferences") or [] if r.get("kind") == KIND), None)
     if owner_ref is not None and type is not None:

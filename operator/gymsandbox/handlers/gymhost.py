@@ -5,9 +5,10 @@ and NetworkPolicy before the Pod), observes them and writes only `status`.
 
 from __future__ import annotations
 
+from collections import Counter as Tally
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import kopf
@@ -57,6 +58,7 @@ from gymsandbox.handlers.kube import (
 )
 from gymsandbox.handlers.leases import ensure_lease_secret
 from gymsandbox.leases import Claims, Kind, Scope
+from gymsandbox.metrics import METRICS, host_phase
 from gymsandbox.policy.admission import Refusal, admit_gymhost, host_ttl_seconds
 from gymsandbox.policy.cluster import ClusterPolicy
 from gymsandbox.policy.egress import EgressError, ResolutionError, ResolvedTarget, egress_targets, resolve
@@ -64,6 +66,7 @@ from gymsandbox.status.conditions import merge_conditions
 from gymsandbox.status.gymhost import HostObservation, compute_host_conditions
 
 KIND: Kind = "GymHost"
+RESOURCE = "gymhosts"
 
 
 @dataclass(frozen=True)
@@ -192,8 +195,11 @@ def _observe(
     spec = parsed
     if now >= expiry(meta, spec, ctx.policy):
         delete_pod(kube, owner, pod_name)
-        if spec.lifetime.expiry_policy == "Delete":
-            kube.delete(GYMHOST, owner.namespace, owner.name, uid=owner.uid)
+        if spec.lifetime.expiry_policy == "Delete" and kube.delete(
+            GYMHOST, owner.namespace, owner.name, uid=owner.uid
+        ):
+            lag = (datetime.now(UTC) - expiry(meta, spec, ctx.policy)).total_seconds()
+            METRICS.reaped(RESOURCE, "expired", lag)
         return HostObservation(expired=True), Children(), spec
     try:
         resolved: list[ResolvedTarget] | None = resolve(
@@ -256,7 +262,7 @@ def status_fields(ctx: OperatorContext, body: Mapping[str, Any], now: datetime) 
     failure = failure_fields(ctx.kube, verdict.failure, observation.pod, CONTAINER_NAME, children.token)
     pod = observation.pod or {}
     expires_at = expiry(meta, spec, ctx.policy) if spec else None
-    announce(body, previous, verdict.conditions, failed=verdict.failure is not None)
+    announce(body, previous, verdict.conditions, verdict.failure)
     return {
         "observedGeneration": generation,
         "conditions": conditions,
@@ -276,6 +282,7 @@ def refresh_host(ctx: OperatorContext, body: Mapping[str, Any]) -> None:
     with ctx.locks(meta["uid"]):
         try:
             status = status_fields(ctx, body, now())
+            METRICS.hosts.set(meta["uid"], meta["namespace"], Tally([host_phase(status)]))
             if status_changed(body.get("status") or {}, status):
                 ctx.kube.patch_status(GYMHOST, meta["namespace"], meta["name"], status)
         except ApiException as e:
@@ -287,7 +294,10 @@ def refresh_host(ctx: OperatorContext, body: Mapping[str, Any]) -> None:
 @kopf.on.resume(GROUP, VERSION, "gymhosts", backoff=ERROR_BACKOFF_SECONDS)
 @kopf.on.create(GROUP, VERSION, "gymhosts", backoff=ERROR_BACKOFF_SECONDS)
 @kopf.on.update(GROUP, VERSION, "gymhosts", field="spec", backoff=ERROR_BACKOFF_SECONDS)
-def reconcile(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+@METRICS.timed("gymhost_reconcile")
+def reconcile(body: kopf.Body, memo: kopf.Memo, reason: str, **_: Any) -> None:
+    if reason == "create":
+        METRICS.created(str(body.metadata.uid), str(body.metadata.creation_timestamp))
     refresh_host(memo.context, body)
 
 
@@ -299,12 +309,14 @@ def reconcile(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     initial_delay=RESYNC_SECONDS,
     backoff=ERROR_BACKOFF_SECONDS,
 )
+@METRICS.timed("gymhost_resync")
 def resync(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """Drift correction and DNS re-resolution, level-based: the same reconcile on a timer."""
     refresh_host(memo.context, body)
 
 
 @kopf.on.event("v1", "pods", labels={LABEL_MANAGED_BY: MANAGED_BY, LABEL_COMPONENT: COMPONENT_GYMHOST})
+@METRICS.timed("gymhost_pod_changed")
 def pod_changed(body: kopf.Body, type: str | None, memo: kopf.Memo, **_: Any) -> None:
     """A host pod changed: recompute its owner's status now rather than at the next timer tick."""
     ctx: OperatorContext = memo.context
@@ -322,6 +334,7 @@ def pod_changed(body: kopf.Body, type: str | None, memo: kopf.Memo, **_: Any) ->
 
 
 @kopf.on.event("", "v1", "namespaces")
+@METRICS.timed("namespace_event")
 def namespace_event(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """Release the hosts of a namespace being deleted. kopf stops watching a terminating namespace as soon
     as its conditions say nothing remains, which can come before the namespace controller marks our
@@ -365,9 +378,11 @@ def release(ctx: OperatorContext, owner: Owner) -> None:
     delete_pod(ctx.kube, owner, host_pod_name(owner))
     ctx.kube.delete_collection(EPISODE, owner.namespace, fields=f"spec.hostRef.name={owner.name}")
     ctx.locks.forget(owner.uid)
+    METRICS.forget_host(owner.uid)
 
 
 @kopf.on.delete(GROUP, VERSION, "gymhosts", retries=5, backoff=2)
+@METRICS.timed("gymhost_cleanup")
 def cleanup(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """Bounded by retries: after them kopf gives up, posts the error and releases the finalizer."""
     ctx: OperatorContext = memo.context

@@ -6,6 +6,7 @@ Errors that could carry a Secret's content are re-raised without the response bo
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +16,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from gymsandbox.desired.owner import Manifest
+from gymsandbox.metrics import METRICS
 
 
 class ChildConflictError(Exception):
@@ -82,8 +84,13 @@ class Kube:
             header_params={"Content-Type": content_type, "Accept": accept},
             auth_settings=["BearerToken"],
         )
-        response = self.api_client.call_api(*request, _request_timeout=timeout)
-        data: bytes = response.read() or b""  # type: ignore[no-untyped-call]
+        started, code = time.monotonic(), "error"
+        try:
+            response = self.api_client.call_api(*request, _request_timeout=timeout)
+            code = str(response.status)
+            data: bytes = response.read() or b""  # type: ignore[no-untyped-call]
+        finally:
+            METRICS.api_request(*request_labels(method, path), code, time.monotonic() - started)
         if not 200 <= response.status <= 299:
             raise ApiException(http_resp=response, body=data.decode(errors="replace"))
         return data
@@ -193,6 +200,23 @@ class Kube:
         if kind is SECRET:
             return ApiException(status=error.status, reason=error.reason)
         return error
+
+
+VERBS = {"GET": "get", "POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
+
+
+def request_labels(method: str, path: str) -> tuple[str, str]:
+    """(verb, resource) as the API server's audit log names them: `list` and `deletecollection` for a
+    collection, a subresource after a slash (`pods/log`, `episodesandboxes/status`)."""
+    parts = path.strip("/").split("/")
+    rest = parts[2:] if parts[0] == "api" else parts[3:]
+    if len(rest) > 2 and rest[0] == "namespaces":
+        rest = rest[2:]
+    resource = "/".join([rest[0], *rest[2:3]])
+    verb = VERBS.get(method, method.lower())
+    if len(rest) == 1:
+        verb = {"get": "list", "delete": "deletecollection"}.get(verb, verb)
+    return verb, resource
 
 
 def namespace_terminating(error: ApiException) -> bool:
