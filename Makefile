@@ -38,10 +38,11 @@ lint: venv ## ruff and mypy (strict)
 	$(VENV)/bin/ruff format --check $(LINTED)
 	$(VENV)/bin/mypy
 
-crds: venv ## regenerate crds/, the chart's copy of them and its values.schema.json from the models
+crds: venv ## regenerate crds/, the chart's copy of them, its values.schema.json and docs/dashboard.json
 	$(VENV)/bin/gymsandbox crds --output-dir crds
 	$(VENV)/bin/gymsandbox crds --output-dir charts/gymsandbox-operator/crds
 	$(VENV)/bin/gymsandbox chart-schema
+	$(VENV)/bin/gymsandbox dashboard
 
 unit: venv ## unit tests only (no cluster)
 	$(VENV)/bin/pytest tests/unit

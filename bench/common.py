@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import importlib.util
+import json
 import math
 import os
 import secrets
@@ -24,6 +26,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import httpx
 import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
@@ -49,6 +52,7 @@ def log(message: str) -> None:
 # ---------------------------------------------------------------------------------------------- cluster
 
 
+@functools.cache
 def load_cluster_script() -> ModuleType:
     spec = importlib.util.spec_from_file_location("gymsandbox_hack_cluster", ROOT / "hack" / "cluster.py")
     assert spec is not None
@@ -171,10 +175,10 @@ def write_policy(directory: Path, episodes: int) -> Path:
     return path
 
 
-def create_host(api: client.ApiClient, namespace: str, episodes: int, timeout: float) -> None:
-    """The sample PVC and GymHost with episodes.maxConcurrent = episodes; returns once the host is Ready."""
+def create_host(api: client.ApiClient, namespace: str, slots: int, timeout: float) -> None:
+    """The sample PVC and GymHost with episodes.maxConcurrent = slots; returns once the host is Ready."""
     claim, host = yaml.safe_load_all((ROOT / "examples" / "gymhost.yaml").read_text())
-    host["spec"]["episodes"]["maxConcurrent"] = episodes
+    host["spec"]["episodes"]["maxConcurrent"] = slots
     client.CoreV1Api(api).create_namespaced_persistent_volume_claim(namespace, claim)
     custom = client.CustomObjectsApi(api)
     custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "gymhosts", host)
@@ -202,21 +206,44 @@ def delete_host(api: client.ApiClient, namespace: str, timeout: float) -> bool:
 # ---------------------------------------------------------------------------------------------- processes
 
 
+# A directory for Prometheus file_sd_configs (hack/dashboard.py sets it): each Child writes its target there.
+METRICS_TARGETS = os.environ.get("GYMSANDBOX_METRICS_TARGETS")
+
+
 @dataclass
 class Child:
-    """A `gymsandbox` subprocess started here, logging to a file; stopped by its own PID only."""
+    """A `gymsandbox` subprocess started here, logging to a file, serving its metrics on a loopback port;
+    stopped by its own PID only. Its last scrape is kept as NAME-PID.metrics.txt beside its log (or, under
+    hack/dashboard.py, in that script's work directory, which outlives the bench's)."""
 
     name: str
     process: subprocess.Popen[bytes]
     log_path: Path
+    metrics_url: str
 
     @classmethod
     def launch(cls, name: str, argv: list[str], kubeconfig: Path, log_path: Path) -> Child:
         env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+        target = f"127.0.0.1:{load_cluster_script().free_port()}"
         with log_path.open("ab") as out:
-            process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
-        log(f"{name} pid {process.pid}, log {log_path}")
-        return cls(name, process, log_path)
+            process = subprocess.Popen(
+                [*argv, "--metrics-listen", target], stdout=out, stderr=subprocess.STDOUT, env=env
+            )
+        log(f"{name} pid {process.pid}, log {log_path}, metrics http://{target}/metrics")
+        if METRICS_TARGETS:
+            entry = [{"targets": [target], "labels": {"job": name}}]
+            (Path(METRICS_TARGETS) / f"{name}-{process.pid}.json").write_text(json.dumps(entry))
+        return cls(name, process, log_path, f"http://{target}/metrics")
+
+    def save_metrics(self) -> None:
+        """Its /metrics as they are now, into NAME-PID.metrics.txt."""
+        try:
+            text = httpx.get(self.metrics_url, timeout=5).text
+        except httpx.HTTPError as e:
+            log(f"could not scrape the {self.name}: {e}")
+            return
+        directory = Path(METRICS_TARGETS).parent if METRICS_TARGETS else self.log_path.parent
+        (directory / f"{self.name}-{self.process.pid}.metrics.txt").write_text(text)
 
     @property
     def running(self) -> bool:
@@ -245,6 +272,7 @@ class Child:
     def stop(self, grace: float = 40) -> None:
         """SIGTERM, then SIGKILL after `grace` seconds; nothing if it has already exited."""
         if self.process.poll() is None:
+            self.save_metrics()
             log(f"stopping the {self.name} (pid {self.process.pid})")
             self.process.send_signal(signal.SIGTERM)
             try:

@@ -1,13 +1,17 @@
 #!/usr/bin/env python3
 """Episode throughput benchmark: N EpisodeSandboxes under one GymHost, against a plain-client baseline.
 
-    python bench/episodes.py [-n 200] [--keep]
+    python bench/episodes.py [-n 200] [--keep] [--slots K --ttl S]
 
 Operator phase: a fresh namespace `bench-XXXXXX` with the sample PVC and GymHost (episodes.maxConcurrent
 = N, so nothing queues) and its own `gymsandbox operator --namespace bench-XXXXXX --verbose`. N episodes
 are created back to back by one client; a watch records when each one's Ready condition turns True.
 Baseline phase: in `bench-base-XXXXXX`, the same N items made by a plain client, each a Secret, a
 NetworkPolicy and a Pod in that order (as the operator does); a watch records when each Pod turns Ready.
+
+With --slots K and --ttl S a queue forms instead, and drains as episodes expire S s after admission: the
+latencies then include the wait (a scenario for the dashboard, not a figure to compare). --refused R adds
+R episodes whose image the policy does not approve (refused, so counted as Policy failures; not timed).
 
 Reported, never asserted: create-to-Ready latency p50/p90/p99 (nearest rank; an item's clock starts when
 its first create is sent), wall time (first create to last Ready), API writes per item (the operator's
@@ -48,6 +52,7 @@ RUNTIME_CLASS = "kata-qemu"
 # The episode defaults (api/episode.py), used for the baseline pods too so both phases ask the same.
 EPISODE_RESOURCES = {"cpu": "500m", "memory": "512Mi", "ephemeral-storage": "1Gi"}
 RUN_AS = 65532
+UNAPPROVED_IMAGE = "docker.io/not-approved/miner:1"  # examples/policy.yaml approves no docker.io image
 MIB = 1024 * 1024
 
 WRITE_LINE = re.compile(r'"(POST|PUT|PATCH|DELETE) (\S+) HTTP/1\.1" (\d{3})')
@@ -271,12 +276,13 @@ def kopf_events(core: client.CoreV1Api, namespace: str) -> set[str]:
     }
 
 
-def episode(name: str) -> dict[str, Any]:
+def episode(name: str, ttl: int | None = None, image: str = IMAGE) -> dict[str, Any]:
+    lifetime = {"lifetime": {"ttlSeconds": ttl}} if ttl else {}
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "EpisodeSandbox",
         "metadata": {"name": name},
-        "spec": {"hostRef": {"name": HOST}, "rolloutId": "bench", "image": IMAGE},
+        "spec": {"hostRef": {"name": HOST}, "rolloutId": "bench", "image": image, **lifetime},
     }
 
 
@@ -298,7 +304,10 @@ def operator_phase(run: Run, namespace: str, operator: Child) -> PhaseResult:
     start_offset = operator.log_offset()
     for name in names:
         sent[name] = time.monotonic()
-        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, episode(name))
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, episode(name, run.args.ttl))
+    for i in range(run.args.refused):  # not timed: they are refused, never Ready
+        refused = episode(f"refused-{i:04d}", image=UNAPPROVED_IMAGE)
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, refused)
     created = time.monotonic() - min(sent.values())
     log(f"created {n} episodes in {created:.1f} s; waiting for Ready")
     wait_all_ready(watcher, names, run.args.stall)
@@ -493,7 +502,7 @@ def phase_one(run: Run) -> PhaseResult:
     log(f"operator phase in namespace {namespace}")
     policy = common.write_policy(run.workdir, args.n)
     run.operator = common.start_operator(run.cluster.kubeconfig, policy, namespace, run.workdir)
-    common.create_host(run.api, namespace, args.n, timeout=120)
+    common.create_host(run.api, namespace, args.slots or args.n, timeout=120)
     log("GymHost Ready; creating episodes")
     result = operator_phase(run, namespace, run.operator)
     run.rss["at_ready"] = peak_rss_mib(run.operator.process)
@@ -525,9 +534,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--keep", action="store_true", help="keep both namespaces and the operator log")
     parser.add_argument("--timeout", type=float, default=600, help="per-phase limit in seconds (600)")
     parser.add_argument("--stall", type=float, default=60, help="give up after this long with no new Ready")
+    parser.add_argument(
+        "--slots", type=int, help="the host's maxConcurrent (default n): fewer make a queue (needs --ttl)"
+    )
+    parser.add_argument("--ttl", type=int, help="each episode expires this many seconds after admission")
+    parser.add_argument(
+        "--refused", type=int, default=0, help="also this many episodes the policy refuses (untimed)"
+    )
     args = parser.parse_args(argv)
     if not 1 <= args.n <= 1000:
         parser.error("-n must be between 1 and 1000 (the CRD's maxConcurrent bound)")
+    if args.slots is not None and not (1 <= args.slots <= args.n and args.ttl):
+        parser.error("--slots must be between 1 and n, with --ttl so that the queue drains")
     return args
 
 

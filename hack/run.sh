@@ -16,7 +16,8 @@ sample=${GYMSANDBOX_SAMPLE:-examples/gymhost.yaml}
 "$kubectl" apply --server-side --force-conflicts -f crds/
 "$kubectl" wait --for=condition=Established --timeout=60s -f crds/
 
-.venv/bin/gymsandbox operator --policy "$policy" &
+metrics=${GYMSANDBOX_METRICS_LISTEN:-127.0.0.1:9090}
+.venv/bin/gymsandbox operator --policy "$policy" --metrics-listen "$metrics" &
 operator=$!
 trap 'kill "$operator" 2>/dev/null || true; wait "$operator" 2>/dev/null || true' EXIT INT TERM
 
@@ -27,5 +28,5 @@ if [[ "$sample" != none ]]; then
   echo
   echo "The sample is Ready. Try: KUBECONFIG=$KUBECONFIG $kubectl describe gymhost"
 fi
-echo "The operator runs as pid $operator with policy $policy; Ctrl-C stops it."
+echo "The operator runs as pid $operator with policy $policy, metrics on http://$metrics/metrics; Ctrl-C stops it."
 wait "$operator"

@@ -241,7 +241,14 @@ class OperatorProcess:
 
     @classmethod
     def launch(
-        cls, kubeconfig: Path, policy_file: Path, log: Path, namespaces: list[str], *, verbose: bool = True
+        cls,
+        kubeconfig: Path,
+        policy_file: Path,
+        log: Path,
+        namespaces: list[str],
+        *,
+        verbose: bool = True,
+        extra: tuple[str, ...] = (),
     ) -> OperatorProcess:
         """Tests read its handler log (--verbose) unless they check the quiet default log itself."""
         env = {
@@ -252,7 +259,7 @@ class OperatorProcess:
         argv = [str(Path(sys.executable).parent / "gymsandbox"), "operator", "--policy", str(policy_file)]
         argv += ["--operator-namespace", OPERATOR_NAMESPACE, *(["--verbose"] if verbose else [])]
         metrics_port = cluster_script.free_port()  # type: ignore[attr-defined]
-        argv += ["--metrics-listen", f"127.0.0.1:{metrics_port}"]
+        argv += ["--metrics-listen", f"127.0.0.1:{metrics_port}", *extra]
         for pattern in namespaces:
             argv += ["--namespace", pattern]
         with log.open("ab") as out:

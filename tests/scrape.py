@@ -26,7 +26,11 @@ class Scrape:
         return {s.name for samples in self.families.values() for s in samples}
 
 
+def parse(text: str) -> Scrape:
+    return Scrape({f.name: list(f.samples) for f in text_string_to_metric_families(text)})
+
+
 def scrape(url: str) -> Scrape:
     response = httpx.get(url, timeout=5)
     response.raise_for_status()
-    return Scrape({f.name: list(f.samples) for f in text_string_to_metric_families(response.text)})
+    return parse(response.text)

@@ -8,9 +8,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from gymsandbox import __version__, chartschema, crdgen
+from gymsandbox import __version__, chartschema, crdgen, dashboard
 from gymsandbox.broker.server import run_broker
 from gymsandbox.handlers.leases import SigningKeyError
+from gymsandbox.metrics import MetricsListenError
 from gymsandbox.policy.cluster import PolicyError
 from gymsandbox.runner import run_operator
 
@@ -46,6 +47,14 @@ def _parser() -> argparse.ArgumentParser:
         help="file to write (default: charts/gymsandbox-operator/values.schema.json)",
     )
     schema.add_argument("--check", action="store_true", help="write nothing; exit 1 if the file differs")
+    board = commands.add_parser("dashboard", help="write the Grafana dashboard of the exported metrics")
+    board.add_argument(
+        "--output",
+        type=Path,
+        default=Path("docs/dashboard.json"),
+        help="file to write (default: docs/dashboard.json)",
+    )
+    board.add_argument("--check", action="store_true", help="write nothing; exit 1 if the file differs")
     operator = commands.add_parser("operator", help="run the operator (reconciles GymHost objects)")
     operator.add_argument("--policy", help="cluster policy YAML (default: $GYMSANDBOX_POLICY)")
     operator.add_argument(
@@ -102,7 +111,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "crds":
         return _crds(args.output_dir, check=args.check)
     if args.command == "chart-schema":
-        return _chart_schema(args.output, check=args.check)
+        return _generated(args.output, chartschema.render_values_schema(), "chart-schema", check=args.check)
+    if args.command == "dashboard":
+        return _generated(args.output, dashboard.render_dashboard(), "dashboard", check=args.check)
     if args.command == "broker":
         return _broker(args.policy, args.operator_namespace, args.listen, args.metrics_listen)
     if args.command == "operator":
@@ -135,15 +146,15 @@ def _crds(output_dir: Path, *, check: bool) -> int:
     return 1
 
 
-def _chart_schema(output: Path, *, check: bool) -> int:
-    expected = chartschema.render_values_schema()
+def _generated(output: Path, expected: str, command: str, *, check: bool) -> int:
+    """Write a generated file, or with `check` only compare it."""
     if not check:
         output.write_text(expected)
         print(f"wrote {output}")
         return 0
     if output.exists() and output.read_text() == expected:
         return 0
-    print(f"{output} is out of date with the models; run `gymsandbox chart-schema`", file=sys.stderr)
+    print(f"{output} is out of date with the code; run `gymsandbox {command}`", file=sys.stderr)
     return 1
 
 
@@ -174,7 +185,7 @@ def _operator(
             log_format=log_format,
             metrics_listen=metrics_listen,
         )
-    except (PolicyError, SigningKeyError) as e:
+    except (PolicyError, SigningKeyError, MetricsListenError) as e:
         print(f"gymsandbox operator: refusing to start: {e}", file=sys.stderr)
         return 2
     return 0
@@ -192,7 +203,7 @@ def _broker(
         return 2
     try:
         run_broker(Path(policy), operator_namespace, listen, metrics_listen)
-    except (PolicyError, SigningKeyError) as e:
+    except (PolicyError, SigningKeyError, MetricsListenError) as e:
         print(f"gymsandbox broker: refusing to start: {e}", file=sys.stderr)
         return 2
     return 0

@@ -285,6 +285,13 @@ def count_watch_restarts(metrics: OperatorMetrics, verbose: bool) -> None:
     watcher.addFilter(WatchRestarts(metrics, verbose))
 
 
+class MetricsListenError(Exception):
+    """The metrics port cannot be served (taken, or an address this machine does not have)."""
+
+
 def serve_metrics(registry: CollectorRegistry, listen: tuple[str, int]) -> None:
     """Serve the registry's /metrics on (address, port), in a daemon thread."""
-    start_http_server(listen[1], addr=listen[0], registry=registry)
+    try:
+        start_http_server(listen[1], addr=listen[0], registry=registry)
+    except OSError as e:
+        raise MetricsListenError(f"cannot serve metrics on {listen[0]}:{listen[1]}: {e.strerror}") from None

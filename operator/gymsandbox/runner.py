@@ -69,6 +69,8 @@ def run_operator(
 ) -> None:
     policy: ClusterPolicy = load_policy(policy_path)
     namespaces = namespaces or list(policy.watch_namespaces)
+    if metrics_listen:  # before any API call: a port already taken is refused at once
+        serve_metrics(METRICS.registry, metrics_listen)
     kopf.configure(verbose=verbose, log_format=kopf.LogFormat[log_format.upper()])
     if not verbose:
         quiet_kopf()
@@ -81,8 +83,6 @@ def run_operator(
         signing_key=ensure_signing_key(kube, operator_namespace),
         namespaces=tuple(namespaces),
     )
-    if metrics_listen:
-        serve_metrics(METRICS.registry, metrics_listen)
     scope = ", ".join(namespaces) if namespaces else "all namespaces"
     metrics = f"; metrics on port {metrics_listen[1]}" if metrics_listen else ""
     logging.getLogger("gymsandbox").info("gymsandbox operator starting: watching %s%s", scope, metrics)

@@ -3,6 +3,7 @@ no traceback for an object that went away while it was being handled."""
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Iterator
@@ -64,6 +65,32 @@ def test_idle_operator_with_ten_ready_hosts_writes_nothing(
     time.sleep(IDLE_SECONDS)
     assert quiet_operator.output()[before:] == ""
     assert "Traceback" not in quiet_operator.output()
+
+
+def test_json_log_format_writes_one_record_per_line(
+    cluster: Cluster,
+    identities: Identities,
+    policy_file: Path,
+    own_namespace: str,
+    api_client: client.ApiClient,
+    tmp_path: Path,
+) -> None:
+    handle = OperatorProcess.launch(
+        identities.operator, policy_file, tmp_path / "operator.log", [own_namespace], verbose=False,
+        extra=("--log-format", "json"),
+    )  # fmt: skip
+    try:
+        claim, host = sample()
+        apply(cluster, own_namespace, claim, {**host, "metadata": {"name": "json"}})
+        Hosts(api_client, own_namespace).wait_reason("json", "HostReady", timeout=60)
+        time.sleep(2)  # the transition line is written
+    finally:
+        handle.stop()
+        release_finalizers(api_client, (own_namespace,))
+    records = [json.loads(line) for line in handle.output().splitlines() if line.strip()]
+    messages = [str(r["message"]) for r in records]
+    assert f"GymHost {own_namespace}/json: Ready=True HostReady: the host serves on its endpoint" in messages
+    assert any(m.startswith("gymsandbox operator starting") for m in messages), messages
 
 
 @pytest.fixture

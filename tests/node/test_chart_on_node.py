@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import time
 from collections.abc import Iterator, Mapping
 
 import pytest
@@ -19,7 +20,16 @@ from kubernetes import client
 from tests.cluster_fixtures import CHART, Cluster, chart_values, cluster_script, helm
 from tests.integration.gymhosts import Hosts, apply, eventually
 from tests.namespaces import restricted_namespace
-from tests.node.conftest import SHELL_IMAGE, Volume, exec_in, node_host, node_script
+from tests.node.conftest import (
+    SHELL_IMAGE,
+    exec_in,
+    make_volume,
+    node_host,
+    node_script,
+    shell_pod,
+    wait_pod_ready,
+)
+from tests.scrape import parse
 
 RELEASE = "gs-incluster"
 RELEASE_NAMESPACE = "gymsandbox-incluster"
@@ -83,6 +93,21 @@ def namespace(core: client.CoreV1Api, tmp_path_factory: pytest.TempPathFactory) 
     yield from restricted_namespace(core, f"incluster-{suffix}")
 
 
+@pytest.fixture(scope="module")
+def host_pod(
+    release: str,
+    cluster: Cluster,
+    namespace: str,
+    real_node: str,
+    api_client: client.ApiClient,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[str]:
+    """A GymHost applied after the chart, HostReady through the in-cluster operator: its pod's name."""
+    for _ in make_volume(cluster, namespace, real_node, tmp_path_factory.mktemp("incluster-volume")):
+        apply(cluster, namespace, node_host(HOST, "crun"))
+        yield Hosts(api_client, namespace).wait_reason(HOST, "HostReady", timeout=180)["status"]["podName"]
+
+
 def test_chart_pods_run_on_the_real_node_from_the_built_image(
     release: str, image: str, real_node: str, core: client.CoreV1Api
 ) -> None:
@@ -97,14 +122,9 @@ def test_chart_pods_run_on_the_real_node_from_the_built_image(
 
 
 def test_a_host_applied_after_the_chart_becomes_ready_and_runs_an_episode_through_the_broker(
-    release: str,
-    cluster: Cluster,
-    namespace: str,
-    volume: Volume,
-    api_client: client.ApiClient,
+    cluster: Cluster, namespace: str, host_pod: str
 ) -> None:
-    apply(cluster, namespace, node_host(HOST, "crun"))
-    pod = Hosts(api_client, namespace).wait_reason(HOST, "HostReady", timeout=180)["status"]["podName"]
+    pod = host_pod
     # The host's own view: the broker's URL and its lease from its environment, busybox wget as the client.
     body = {"rolloutId": "r-1", "image": SHELL_IMAGE, "command": ["sleep", "600"]}
     episode = broker_call(cluster, namespace, pod, "/v1/episodes", body)["id"]
@@ -117,6 +137,49 @@ def test_a_host_applied_after_the_chart_becomes_ready_and_runs_an_episode_throug
     result = broker_call(cluster, namespace, pod, f"/v1/episodes/{episode}/exec", script)
     assert result["exitCode"] == 7, result
     assert str(result["stdout"]).startswith("from "), result
+
+
+def test_metrics_reach_a_scraper_but_no_pod_labelled_as_gymsandboxs_own(
+    cluster: Cluster, namespace: str, host_pod: str, core: client.CoreV1Api
+) -> None:
+    """The chart's NetworkPolicy admits metrics.scrapers (by default any pod but the ones gymsandbox runs,
+    which run untrusted code) to the metrics port, enforced by the node's NetworkPolicy engine."""
+    impostor = shell_pod("impostor", "crun", ["sleep", "600"])
+    impostor["metadata"]["labels"] = {"app.kubernetes.io/managed-by": "gymsandbox"}  # as host pods are
+    for pod in (shell_pod("scraper", "crun", ["sleep", "600"]), impostor):
+        core.create_namespaced_pod(namespace, pod)
+        wait_pod_ready(core, namespace, pod["metadata"]["name"])
+    chart_pods = core.list_namespaced_pod(
+        RELEASE_NAMESPACE, label_selector="app.kubernetes.io/managed-by=Helm"
+    )
+    addresses = {p.metadata.labels["app.kubernetes.io/name"]: p.status.pod_ip for p in chart_pods.items}
+    pages = {}
+    for component, address in addresses.items():
+        pages[component] = metrics_page(cluster, namespace, "scraper", address)
+        denied = exec_in(cluster, namespace, "impostor", fetch_metrics(address))
+        # Dropped (the timeout's 143) or refused (wget's 1); anything else is no proof of a policy.
+        assert denied.returncode in (1, 143), (component, denied.returncode, denied.stderr)
+        assert "gymsandbox_" not in denied.stdout
+    operator, broker = parse(pages["gymsandbox-operator"]), parse(pages["gymsandbox-broker"])
+    assert operator.value("gymsandbox_gymhosts", namespace=namespace, phase="ready") >= 1
+    assert operator.value("gymsandbox_ready_seconds_count", resource="gymhosts") >= 1
+    assert "gymsandbox_broker_requests_in_flight" in broker.sample_names()
+
+
+def fetch_metrics(address: str) -> str:
+    """busybox wget's own -T crashes (SIGSEGV) in Debian's 1.35 on these replies: timeout(1) instead."""
+    return f"timeout 5 wget -q -O - http://{address}:9090/metrics"
+
+
+def metrics_page(cluster: Cluster, namespace: str, pod: str, address: str, timeout: float = 30) -> str:
+    """GET http://ADDRESS:9090/metrics from inside `pod`, retried (a NetworkPolicy takes a moment)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = exec_in(cluster, namespace, pod, fetch_metrics(address))
+        if result.returncode == 0:
+            return result.stdout
+        assert time.monotonic() < deadline, f"no metrics from {address} in {pod}: {result.stderr}"
+        time.sleep(1)
 
 
 def broker_call(

@@ -12,6 +12,7 @@ from tests.cluster_fixtures import Cluster, OperatorProcess
 from tests.integration.episodes import Episodes, episode
 from tests.integration.gymhosts import Hosts, apply, eventually
 from tests.node.conftest import SHELL_IMAGE, Volume, node_host, node_script
+from tests.scrape import scrape
 
 HANDLERLESS = "gs-handlerless"  # the RuntimeClass of the `handlerless` test profile
 
@@ -27,12 +28,24 @@ def test_crashing_host_reports_its_real_log_tail(
     cluster: Cluster, operator: OperatorProcess, namespace: str, hosts: Hosts, volume: Volume
 ) -> None:
     script = "echo loading tasks; echo 'fatal: task set verified-50 not found' >&2; exit 3"
+    labels = {"resource": "gymhosts", "kind": "Workload", "reason": "CrashLoopBackOff"}
+    before = scrape(operator.metrics_url).value("gymsandbox_failures_total", **labels)
     status = failed_host(cluster, hosts, namespace, "CrashLoopBackOff", command=["sh", "-c", script])
     failure = status["failure"]
     assert failure["kind"] == "Workload"
     assert "last exit code 3" in failure["message"]
     assert "fatal: task set verified-50 not found" in failure["logsTail"]
     assert "loading tasks" in failure["logsTail"]
+    # The real crash is counted as a Workload failure (once per crash the operator reads: a crash-looping
+    # host may pass through PodNotReady between two), and the host as failed in its namespace.
+    assert scrape(operator.metrics_url).value("gymsandbox_failures_total", **labels) - before >= 1
+    eventually(
+        lambda: scrape(operator.metrics_url).value(
+            "gymsandbox_gymhosts", namespace=namespace, phase="failed"
+        ),
+        20,
+        "the host counted failed",
+    )
 
 
 def test_memory_hog_is_oom_killed_and_reported_so(

@@ -178,6 +178,7 @@ def sync_host_episodes(ctx: OperatorContext, host: Manifest, moment: datetime) -
                 METRICS.reaped(RESOURCE, "expired", (datetime.now(UTC) - expired_at).total_seconds())
         touched = list(plan.timed_out)
         for name in plan.admit:
+            # Its clock starts at creation even when this tick comes before its create handler (a backlog).
             METRICS.created(by_name[name]["metadata"]["uid"], by_name[name]["metadata"]["creationTimestamp"])
             spec = EpisodeSandboxSpec.model_validate(by_name[name]["spec"])
             expires = moment + timedelta(seconds=effective_ttl(spec, host_spec, ctx))
