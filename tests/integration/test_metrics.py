@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tests.cluster_fixtures import Cluster, OperatorProcess
+from tests.cluster_fixtures import RESYNC_SECONDS, Cluster, OperatorProcess
 from tests.integration.episodes import Episodes, episode
 from tests.integration.gymhosts import Hosts, apply, eventually, sample, set_path
 from tests.scrape import Scrape, scrape
@@ -103,14 +103,32 @@ def test_a_refusal_is_a_policy_failure_and_the_labels_name_no_object(
         timeout=10,
         what="the refusal counted once",
     )
-    time.sleep(3)  # later reconciles of the same refusal are no new transition
+    eventually(
+        lambda: phases(scrape(operator.metrics_url), namespace) == {"failed": 1},
+        timeout=10,
+        what="the refused episode counted failed at the next tick",
+    )
     after = scrape(operator.metrics_url)
-    assert grew(before, after, "gymsandbox_failures_total", **labels) == 1
-    assert phases(after, namespace) == {"failed": 1}
     # Cardinality and privacy: no label anywhere holds an object's name or uid.
     uids = {e["metadata"]["uid"] for e in episodes.all()} | {(hosts.get(HOST) or {})["metadata"]["uid"]}
     values = {v for samples in after.families.values() for s in samples for v in s.labels.values()}
     assert not values & ({"refused", HOST} | uids)
+
+
+def test_a_failure_is_counted_once_however_often_it_is_reconciled(
+    cluster: Cluster, operator: OperatorProcess, namespace: str, hosts: Hosts
+) -> None:
+    claim, host = sample()
+    host["spec"]["image"] = "docker.io/evil/miner:1"
+    before = scrape(operator.metrics_url)
+    apply(cluster, namespace, claim, host)
+    hosts.wait_reason(HOST, "ImageNotApproved")
+    time.sleep(3 * float(RESYNC_SECONDS))  # three resyncs reconcile the same refusal again
+    labels = {"resource": "gymhosts", "kind": "Policy", "reason": "ImageNotApproved"}
+    after = scrape(operator.metrics_url)
+    assert grew(before, after, "gymsandbox_failures_total", **labels) == 1
+    assert grew(before, after, "gymsandbox_reconcile_duration_seconds_count", handler="gymhost_resync") >= 2
+    assert phases(after, namespace, "gymsandbox_gymhosts") == {"failed": 1}
 
 
 def test_api_requests_and_handler_runs_are_measured(
