@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 CLUSTER := $(PY) hack/cluster.py
 
-.PHONY: help venv binaries cluster-up cluster-down lint unit integration node test run crds bench bench-broker \
+.PHONY: help venv binaries cluster-up cluster-down lint unit integration node chaos test run crds bench bench-broker \
 	image kind-e2e
 
 help: ## list targets
@@ -53,8 +53,11 @@ integration: venv binaries ## integration tests (KUBECONFIG's cluster, else a lo
 node: venv binaries ## node tier: real containers on the real node (GYMSANDBOX_REAL_NODE=0 turns the node off)
 	$(VENV)/bin/pytest tests/node
 
-test: venv binaries lint ## everything CI runs: lint, unit, integration and node tests
-	$(VENV)/bin/pytest tests/unit tests/integration tests/node
+chaos: venv binaries ## chaos tier: faults (an API server stall) against the local control plane
+	$(VENV)/bin/pytest tests/chaos
+
+test: venv binaries lint ## everything CI runs: lint, unit, integration, node and chaos tests
+	$(VENV)/bin/pytest tests/unit tests/integration tests/node tests/chaos
 
 run: venv binaries ## the main job: the operator (and the sample GymHost) on KUBECONFIG's cluster, or a local one
 	hack/run.sh

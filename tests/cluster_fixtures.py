@@ -1,5 +1,5 @@
-"""Cluster fixtures (tests/integration, tests/node): a real control plane (local, or KUBECONFIG's), the
-operator and broker as the chart's ServiceAccounts, and a fresh namespace per test."""
+"""Cluster fixtures (tests/integration, tests/node, tests/chaos): a real control plane (local, or
+KUBECONFIG's), the operator and broker as the chart's ServiceAccounts, and a fresh namespace per test."""
 
 from __future__ import annotations
 

@@ -1,12 +1,25 @@
 """Failure envelopes: the log tail comes from the API (or the kubelet's termination message), trimmed, and
-never carries the owner's token, even when untrusted code prints it."""
+never carries the owner's token, even when untrusted code prints it. And an API outage in a handler is
+kopf's temporary error, never a traceback."""
 
 from __future__ import annotations
 
 from typing import Any, cast
 
+import kopf
+import pytest
+import urllib3
+from kubernetes.client.exceptions import ApiException
+
 from gymsandbox.api.conditions import FailureKind, Reason
-from gymsandbox.handlers.common import LOG_TAIL_LINES, REDACTED, failure_fields, logs_tail
+from gymsandbox.handlers.common import (
+    LOG_TAIL_LINES,
+    REDACTED,
+    api_outage,
+    failure_fields,
+    logs_tail,
+    observed,
+)
 from gymsandbox.handlers.kube import Kube
 from gymsandbox.status.pod import PodFailure
 
@@ -69,3 +82,33 @@ def test_failure_fields_carry_a_tail_only_for_workload_crashes() -> None:
         "logsTail": "boom",
     }
     assert without == {"kind": "Infrastructure", "reason": "ImagePullBackOff", "message": "cannot pull"}
+
+
+@pytest.mark.parametrize(
+    ("error", "outage"),
+    [
+        (ApiException(status=504, reason="Gateway Timeout"), "504 Gateway Timeout"),
+        (ApiException(status=429, reason="Too Many Requests"), "429 Too Many Requests"),
+        (urllib3.exceptions.MaxRetryError(None, "/api", "refused"), "MaxRetryError"),
+        (urllib3.exceptions.ProtocolError("Connection aborted."), "ProtocolError"),
+        (ApiException(status=404, reason="Not Found"), None),
+        (ApiException(status=422, reason="Unprocessable Entity"), None),
+        (ValueError("a bug"), None),
+    ],
+)
+def test_an_api_outage_is_told_from_a_wrong_request_or_a_bug(error: Exception, outage: str | None) -> None:
+    assert api_outage(error) == outage
+
+
+def test_an_outage_in_a_handler_is_kopfs_temporary_error_and_anything_else_stays_itself() -> None:
+    answers: list[Exception] = [ApiException(status=503, reason="Service Unavailable"), KeyError("spec")]
+
+    @observed("flaky")
+    def flaky() -> None:
+        raise answers.pop(0)
+
+    with pytest.raises(kopf.TemporaryError, match=r"did not answer \(503 Service Unavailable\)"):
+        flaky()
+    with pytest.raises(KeyError):
+        flaky()
+    assert flaky.__name__ == "flaky"  # kopf's handler id

@@ -9,7 +9,12 @@ import pytest
 from gymsandbox.api.conditions import ConditionType, FailureKind, Reason
 from gymsandbox.policy.admission import Refusal
 from gymsandbox.status.conditions import ConditionState
-from gymsandbox.status.episode import EpisodeObservation, EpisodeVerdict, compute_episode_conditions
+from gymsandbox.status.episode import (
+    EpisodeObservation,
+    EpisodeVerdict,
+    compute_episode_conditions,
+    ready_is_stale,
+)
 
 CONDITION_ORDER = [
     ConditionType.ADMITTED,
@@ -259,3 +264,25 @@ def test_crashing_pod_is_a_workload_failure() -> None:
     assert result.failure is not None
     assert (result.failure.kind, result.failure.reason) == (FailureKind.WORKLOAD, Reason.CRASH_LOOP_BACK_OFF)
     assert result.failure.container == "sandbox"
+
+
+def stored(status: str, reason: str) -> dict[str, Any]:
+    return {"conditions": [{"type": "Ready", "status": status, "reason": reason}]}
+
+
+def test_stored_ready_that_its_pod_contradicts_is_stale() -> None:
+    # The pod became Ready, but the event that says so was lost: the episode still reads PodNotReady.
+    not_ready = by_type(verdict(admitted=True, pod=unscheduled_pod()))[ConditionType.READY]
+    assert ready_is_stale(stored("False", not_ready.reason), ready_pod())
+    assert ready_is_stale(stored("True", "SandboxReady"), crashing_pod())  # it crashed since
+
+
+def test_stored_ready_that_matches_its_pod_is_not_stale() -> None:
+    for pod in (ready_pod(), crashing_pod(), unscheduled_pod()):
+        ready = by_type(verdict(admitted=True, pod=pod))[ConditionType.READY]
+        assert not ready_is_stale(stored(ready.status_text, ready.reason), pod)
+
+
+@pytest.mark.parametrize("reason", [Reason.EXPIRED, Reason.HOST_NOT_READY, Reason.DNS_RESOLUTION_FAILED])
+def test_the_episodes_own_states_are_not_the_pods_to_contradict(reason: Reason) -> None:
+    assert not ready_is_stale(stored("False", reason), ready_pod())

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any, ParamSpec, TypeVar, cast
 
 import kopf
+import urllib3
+from kubernetes.client.exceptions import ApiException
 
 from gymsandbox.api.conditions import ConditionType, Reason
+from gymsandbox.handlers.context import ERROR_BACKOFF_SECONDS
 from gymsandbox.handlers.kube import EVENT, Kube
 from gymsandbox.metrics import METRICS
 from gymsandbox.status.conditions import ConditionState, find
@@ -23,6 +27,44 @@ TRANSITIONS = logging.getLogger("gymsandbox.transitions")
 REDACTED = "[REDACTED]"
 RESOURCES = {"GymHost": "gymhosts", "EpisodeSandbox": "episodesandboxes"}
 TAILED_REASONS = frozenset({Reason.CRASH_LOOP_BACK_OFF, Reason.OOM_KILLED, Reason.POD_FAILED})
+# Answers that mean the API server is overloaded or cut off, not that the request was wrong.
+OUTAGE_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def api_outage(error: BaseException) -> str | None:
+    """A few words when `error` is the API server not answering (an overload, a stall, a restart)."""
+    if isinstance(error, ApiException) and error.status in OUTAGE_STATUSES:
+        return f"{error.status} {error.reason}"
+    if isinstance(error, urllib3.exceptions.HTTPError):
+        return type(error).__name__
+    return None
+
+
+def observed(handler: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """A kopf handler, timed and counted (gymsandbox/metrics.py), whose API outage is kopf's temporary error:
+    one log line and a retry, not a traceback. An event handler is not retried; the periodic passes (host
+    resync, the episodes' drift pass) repair whatever it missed."""
+
+    def decorate(fn: Callable[P, R]) -> Callable[P, R]:
+        measured = METRICS.timed(handler)(fn)
+
+        @functools.wraps(fn)
+        def run(*args: P.args, **kwargs: P.kwargs) -> R:
+            try:
+                return measured(*args, **kwargs)
+            except Exception as e:
+                outage = api_outage(e)
+                if outage is None:
+                    raise
+                message = f"the API server did not answer ({outage}); the next pass repairs what this missed"
+                raise kopf.TemporaryError(message, delay=ERROR_BACKOFF_SECONDS) from None
+
+        return run
+
+    return decorate
 
 
 def now() -> datetime:

@@ -44,6 +44,7 @@ from gymsandbox.handlers.common import (
     announce,
     failure_fields,
     now,
+    observed,
     parse_time,
     sandbox_error,
     status_changed,
@@ -70,7 +71,7 @@ from gymsandbox.policy.egress import EgressError, EgressTarget, ResolutionError,
 from gymsandbox.policy.episodes import EpisodeRequest, admit_episode, episode_runtime, episode_ttl_seconds
 from gymsandbox.policy.queue import EpisodeSlot, plan_queue
 from gymsandbox.status.conditions import merge_conditions
-from gymsandbox.status.episode import EpisodeObservation, compute_episode_conditions
+from gymsandbox.status.episode import EpisodeObservation, compute_episode_conditions, ready_is_stale
 from gymsandbox.status.pod import sandbox_overdue
 
 KIND: Kind = "EpisodeSandbox"
@@ -371,8 +372,10 @@ def refresh_episode(ctx: OperatorContext, namespace: str, name: str) -> None:
 
 def episodes_needing_repair(ctx: OperatorContext, namespace: str, host_name: str, host_uid: str) -> list[str]:
     """Admitted episodes whose Secret, NetworkPolicy or Pod is missing, or whose NetworkPolicy was edited, or
-    whose pod still waits for its sandbox (the kubelet's reason is in an event, which no watch here sees):
-    three label-selected lists per host instead of a full reconcile of every episode."""
+    whose pod still waits for its sandbox (the kubelet's reason is in an event, which no watch here sees), or
+    whose stored Ready no longer matches its pod (a pod event was lost): three label-selected lists per host
+    instead of a full reconcile of every episode. This pass is what makes status level-triggered; the pod
+    events only make it sooner."""
     kube = ctx.kube
     episodes = [
         e
@@ -384,8 +387,11 @@ def episodes_needing_repair(ctx: OperatorContext, namespace: str, host_name: str
     selector = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_COMPONENT}={COMPONENT_EPISODE}"
     moment = now()
     present: list[set[str]] = []
+    pods: dict[str, Manifest] = {}
     for kind in (SECRET, NETWORK_POLICY, POD):
         children = kube.list(kind, namespace, labels=selector)
+        if kind is POD:
+            pods = {(c["metadata"].get("labels") or {}).get(LABEL_EPISODE, ""): c for c in children}
         present.append(
             {
                 (c["metadata"].get("labels") or {}).get(LABEL_EPISODE, "")
@@ -394,11 +400,14 @@ def episodes_needing_repair(ctx: OperatorContext, namespace: str, host_name: str
                 and not (kind is POD and sandbox_overdue(c, moment))
             }
         )
-    return [
-        e["metadata"]["name"]
-        for e in episodes
-        if any(label_value(e["metadata"]["name"]) not in names for names in present)
-    ]
+
+    def needs_repair(episode: Manifest) -> bool:
+        label = label_value(episode["metadata"]["name"])
+        if any(label not in names for names in present):
+            return True
+        return ready_is_stale(episode.get("status") or {}, pods[label])
+
+    return [e["metadata"]["name"] for e in episodes if needs_repair(e)]
 
 
 def edited(network_policy: Mapping[str, Any]) -> bool:
@@ -418,7 +427,7 @@ def sync_and_refresh(ctx: OperatorContext, namespace: str, host_name: str) -> No
 @kopf.on.resume(GROUP, VERSION, "episodesandboxes", backoff=ERROR_BACKOFF_SECONDS)
 @kopf.on.create(GROUP, VERSION, "episodesandboxes", backoff=ERROR_BACKOFF_SECONDS)
 @kopf.on.update(GROUP, VERSION, "episodesandboxes", field="spec", backoff=ERROR_BACKOFF_SECONDS)
-@METRICS.timed("episode_reconcile")
+@observed("episode_reconcile")
 def reconcile_episode(body: kopf.Body, memo: kopf.Memo, reason: str, **_: Any) -> None:
     ctx: OperatorContext = memo.context
     if reason == "create":
@@ -430,7 +439,7 @@ def reconcile_episode(body: kopf.Body, memo: kopf.Memo, reason: str, **_: Any) -
 
 
 @kopf.timer(GROUP, VERSION, "gymhosts", interval=REAP_SECONDS, backoff=ERROR_BACKOFF_SECONDS)
-@METRICS.timed("episodes_tick")
+@observed("episodes_tick")
 def episodes_tick(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """Reaping, admission and drift repair on a clock: expiries happen without events, and so does a
     restart's backlog. (Episodes get no timer of their own: kopf would put a finalizer on each, and a
@@ -445,7 +454,7 @@ def episodes_tick(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
 
 
 @kopf.on.event(GROUP, VERSION, "episodesandboxes")
-@METRICS.timed("episode_event")
+@observed("episode_event")
 def episode_event(body: kopf.Body, type: str | None, memo: kopf.Memo, **_: Any) -> None:
     """A deleted episode frees its slot: admit the next one now rather than at the next tick."""
     ctx: OperatorContext = memo.context
@@ -459,7 +468,7 @@ def episode_event(body: kopf.Body, type: str | None, memo: kopf.Memo, **_: Any) 
 
 
 @kopf.on.event("v1", "pods", labels={LABEL_MANAGED_BY: MANAGED_BY, LABEL_COMPONENT: COMPONENT_EPISODE})
-@METRICS.timed("episode_pod_changed")
+@observed("episode_pod_changed")
 def episode_pod_changed(body: kopf.Body, type: str | None, memo: kopf.Memo, **_: Any) -> None:
     owner_ref = next((r for r in body.metadata.get("ownerReferences") or [] if r.get("kind") == KIND), None)
     if owner_ref is not None and type is not None:

@@ -35,6 +35,7 @@ from gymsandbox.handlers.common import (
     announce,
     failure_fields,
     now,
+    observed,
     parse_time,
     sandbox_error,
     status_changed,
@@ -294,7 +295,7 @@ def refresh_host(ctx: OperatorContext, body: Mapping[str, Any]) -> None:
 @kopf.on.resume(GROUP, VERSION, "gymhosts", backoff=ERROR_BACKOFF_SECONDS)
 @kopf.on.create(GROUP, VERSION, "gymhosts", backoff=ERROR_BACKOFF_SECONDS)
 @kopf.on.update(GROUP, VERSION, "gymhosts", field="spec", backoff=ERROR_BACKOFF_SECONDS)
-@METRICS.timed("gymhost_reconcile")
+@observed("gymhost_reconcile")
 def reconcile(body: kopf.Body, memo: kopf.Memo, reason: str, **_: Any) -> None:
     if reason == "create":
         METRICS.created(str(body.metadata.uid), str(body.metadata.creation_timestamp))
@@ -309,14 +310,14 @@ def reconcile(body: kopf.Body, memo: kopf.Memo, reason: str, **_: Any) -> None:
     initial_delay=RESYNC_SECONDS,
     backoff=ERROR_BACKOFF_SECONDS,
 )
-@METRICS.timed("gymhost_resync")
+@observed("gymhost_resync")
 def resync(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """Drift correction and DNS re-resolution, level-based: the same reconcile on a timer."""
     refresh_host(memo.context, body)
 
 
 @kopf.on.event("v1", "pods", labels={LABEL_MANAGED_BY: MANAGED_BY, LABEL_COMPONENT: COMPONENT_GYMHOST})
-@METRICS.timed("gymhost_pod_changed")
+@observed("gymhost_pod_changed")
 def pod_changed(body: kopf.Body, type: str | None, memo: kopf.Memo, **_: Any) -> None:
     """A host pod changed: recompute its owner's status now rather than at the next timer tick."""
     ctx: OperatorContext = memo.context
@@ -334,7 +335,7 @@ def pod_changed(body: kopf.Body, type: str | None, memo: kopf.Memo, **_: Any) ->
 
 
 @kopf.on.event("", "v1", "namespaces")
-@METRICS.timed("namespace_event")
+@observed("namespace_event")
 def namespace_event(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """Release the hosts of a namespace being deleted. kopf stops watching a terminating namespace as soon
     as its conditions say nothing remains, which can come before the namespace controller marks our
@@ -382,7 +383,7 @@ def release(ctx: OperatorContext, owner: Owner) -> None:
 
 
 @kopf.on.delete(GROUP, VERSION, "gymhosts", retries=5, backoff=2)
-@METRICS.timed("gymhost_cleanup")
+@observed("gymhost_cleanup")
 def cleanup(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """Bounded by retries: after them kopf gives up, posts the error and releases the finalizer."""
     ctx: OperatorContext = memo.context

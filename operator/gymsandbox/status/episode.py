@@ -19,6 +19,18 @@ INFRASTRUCTURE_REFUSALS = frozenset(
 )
 
 
+# Ready reasons that come from the episode itself, not from its pod.
+EPISODE_OWN_REASONS = frozenset(
+    {
+        Reason.EXPIRED,
+        Reason.TTL_OVER_CAP,
+        Reason.EGRESS_INVALID,
+        Reason.CHILD_CONFLICT,
+        *INFRASTRUCTURE_REFUSALS,
+    }
+)
+
+
 @dataclass(frozen=True)
 class EpisodeObservation:
     refusal: Refusal | None = None
@@ -113,3 +125,15 @@ def _after_admission(observed: EpisodeObservation) -> EpisodeVerdict:
         observed.pod, Reason.SANDBOX_READY, "the sandbox is running", observed.sandbox_error
     )
     return _verdict(admitted, scheduled, ready, failure)
+
+
+def ready_is_stale(stored: Mapping[str, Any], pod: Mapping[str, Any]) -> bool:
+    """Whether an admitted episode's stored Ready condition (status and reason) differs from what its pod,
+    as just listed, says: a pod event the operator missed (lost in an API outage, say) leaves exactly this.
+    Only the pod's part is compared; the episode's own states (expired, refused) are not the pod's to say."""
+    conditions: list[Mapping[str, Any]] = stored.get("conditions") or []
+    ready = next((c for c in conditions if c.get("type") == ConditionType.READY), {})
+    if ready.get("reason") in EPISODE_OWN_REASONS:
+        return False
+    _, expected, _ = pod_conditions(pod, Reason.SANDBOX_READY, "")
+    return (ready.get("status"), ready.get("reason")) != (expected.status_text, expected.reason)
