@@ -132,3 +132,13 @@ class Hosts:
                 for s in self.core.list_namespaced_service(self.namespace, label_selector=selector).items
             ],
         }
+
+
+def ready_host(cluster: Cluster, namespace: str, hosts: Hosts, **changes: Any) -> None:
+    """The sample claim and GymHost, with `changes` (`spec__episodes__maxConcurrent=3` sets that path),
+    applied and HostReady."""
+    claim, host = sample()
+    for path, value in changes.items():
+        set_path(host, path.replace("__", "."), value)
+    apply(cluster, namespace, claim, host)
+    hosts.wait_reason(host["metadata"]["name"], "HostReady")

@@ -5,14 +5,13 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import pytest
 from kubernetes import client
 
 from tests.cluster_fixtures import Cluster, OperatorProcess
 from tests.integration.episodes import Episodes, episode
-from tests.integration.gymhosts import Hosts, apply, eventually, sample, set_path
+from tests.integration.gymhosts import Hosts, eventually, ready_host
 
 pytestmark = pytest.mark.integration
 
@@ -23,14 +22,6 @@ MANY = 500
 @pytest.fixture
 def episodes(api_client: client.ApiClient, namespace: str) -> Episodes:
     return Episodes(api_client, namespace)
-
-
-def ready_host(cluster: Cluster, namespace: str, hosts: Hosts, **changes: Any) -> None:
-    claim, host = sample()
-    for path, value in changes.items():
-        set_path(host, path.replace("__", "."), value)
-    apply(cluster, namespace, claim, host)
-    hosts.wait_reason(HOST, "HostReady")
 
 
 def test_never_more_than_the_cap_are_admitted_and_all_reach_ready_in_fifo_order(

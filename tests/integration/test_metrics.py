@@ -5,14 +5,13 @@ before and after each flow (the operator is shared by the session; tests run one
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import pytest
 from kubernetes import client
 
 from tests.cluster_fixtures import RESYNC_SECONDS, Cluster, OperatorProcess
 from tests.integration.episodes import Episodes, episode
-from tests.integration.gymhosts import Hosts, apply, eventually, sample, set_path
+from tests.integration.gymhosts import Hosts, apply, eventually, ready_host, sample
 from tests.scrape import Scrape, scrape
 
 pytestmark = pytest.mark.integration
@@ -23,14 +22,6 @@ HOST = "swe-gym-run-1"
 @pytest.fixture
 def episodes(api_client: client.ApiClient, namespace: str) -> Episodes:
     return Episodes(api_client, namespace)
-
-
-def ready_host(cluster: Cluster, namespace: str, hosts: Hosts, **changes: Any) -> None:
-    claim, host = sample()
-    for path, value in changes.items():
-        set_path(host, path.replace("__", "."), value)
-    apply(cluster, namespace, claim, host)
-    hosts.wait_reason(HOST, "HostReady")
 
 
 def phases(metrics: Scrape, namespace: str, family: str = "gymsandbox_episodes") -> dict[str, float]:
