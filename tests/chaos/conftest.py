@@ -1,6 +1,6 @@
 """The chaos tier: faults against the live control plane while the operator and the broker work, each test
-asserting that every object converges and nothing is lost or duplicated. It runs last (after tests/node): a
-fault here touches the whole cluster.
+asserting that every object converges and nothing is lost or duplicated. A fault here touches the whole
+cluster: run it on its own (`make chaos`), or last. It is not in `make test` yet (see the README's tiers).
 
 Faults are made by signalling processes of the local control plane that `hack/cluster.py up` started (their
 PIDs are in its state file); on KUBECONFIG's cluster there are none of ours to signal, and the tier is

@@ -45,7 +45,7 @@ def test_every_episode_is_ready_within_30_s_of_a_45_s_api_server_stall(
         stale = {name: reason for name, reason in reasons.items() if reason != "SandboxReady"}
         if len(reasons) == EPISODES and not stale:
             break
-        assert time.monotonic() - resumed < CONVERGE_SECONDS, stale
+        assert time.monotonic() - resumed < CONVERGE_SECONDS, (stale, pods_ready(api_client, namespace))
         time.sleep(0.5)
     converged = time.monotonic() - resumed
     requests = scrape(operator.metrics_url).value("gymsandbox_api_requests_total") - requests_at_resume
@@ -54,3 +54,12 @@ def test_every_episode_is_ready_within_30_s_of_a_45_s_api_server_stall(
     )
     log = operator.output()[log_offset:]
     assert "Traceback" not in log, re.findall(r".*failed.*", log)[-5:]
+
+
+def pods_ready(api_client: client.ApiClient, namespace: str) -> dict[str, str]:
+    """Each episode pod's own Ready condition: whether the episode or its pod is behind."""
+    pods = client.CoreV1Api(api_client).list_namespaced_pod(namespace).items
+    return {
+        p.metadata.name: next((c.status for c in p.status.conditions or [] if c.type == "Ready"), "none")
+        for p in pods
+    }
