@@ -53,11 +53,11 @@ integration: venv binaries ## integration tests (KUBECONFIG's cluster, else a lo
 node: venv binaries ## node tier: real containers on the real node (GYMSANDBOX_REAL_NODE=0 turns the node off)
 	$(VENV)/bin/pytest tests/node
 
-chaos: venv binaries ## chaos tier: faults (an API server stall) against the local control plane (not in CI yet)
+chaos: venv binaries ## chaos tier: stalls, kills and restarts of the control plane and the operator
 	$(VENV)/bin/pytest tests/chaos
 
-test: venv binaries lint ## everything CI runs: lint, unit, integration and node tests
-	$(VENV)/bin/pytest tests/unit tests/integration tests/node
+test: venv binaries lint ## everything CI runs: lint, unit, integration, node and (last) chaos tests
+	$(VENV)/bin/pytest tests/unit tests/integration tests/node tests/chaos
 
 run: venv binaries ## the main job: the operator (and the sample GymHost) on KUBECONFIG's cluster, or a local one
 	hack/run.sh

@@ -47,6 +47,67 @@ REAL_NODE_TAINT = "gymsandbox.dev/real-node"
 # kwok's stock stages: nodes become Ready and keep a lease; scheduled pods become Running and Ready;
 # claims of the default StorageClass `kwok-volume` get a volume and bind.
 KWOK_STAGE_SETS = ["node/fast", "node/heartbeat-with-lease", "pod/fast", "volume/fast"]
+# Plus what a real kubelet does and kwok's stock stages do not: when the node controller marks a running pod
+# not Ready (its node's lease went stale, as in a long API server stall), the kubelet writes its own Ready
+# back at its next status sync. Without it a kwok pod stays not Ready for good once that happens.
+KWOK_POD_READY_AGAIN = """\
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: pod-ready-again
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: .metadata.deletionTimestamp
+      operator: DoesNotExist
+    - key: .status.phase
+      operator: In
+      values: [Running]
+    - key: '.status.conditions.[] | select( .type == "ContainersReady" ) | .status'
+      operator: In
+      values: ["True"]
+    - key: '.status.conditions.[] | select( .type == "Ready" ) | .status'
+      operator: NotIn
+      values: ["True"]
+  next:
+    statusTemplate: |
+      conditions:
+      - lastTransitionTime: {{ Now | Quote }}
+        status: "True"
+        type: Ready
+"""
+# And after the node controller marked a fake node NotReady, kwok's stock node-initialize stage runs again and
+# its status patch drops the node's addresses: the API server then has no address to reach kwok's kubelet
+# server at (`kubectl exec`: "no preferred addresses found"). This stage puts them back.
+KWOK_NODE_ADDRESSES_AGAIN = """\
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: node-addresses-again
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Node
+  selector:
+    matchExpressions:
+    - key: .status.addresses
+      operator: DoesNotExist
+  next:
+    statusTemplate: |
+      addresses:
+      {{ with NodeIP }}
+      - address: {{ . | Quote }}
+        type: InternalIP
+      {{ end }}
+      {{ with NodeName }}
+      - address: {{ . | Quote }}
+        type: Hostname
+      {{ end }}
+"""
+KWOK_REPAIRS = [KWOK_POD_READY_AGAIN, KWOK_NODE_ADDRESSES_AGAIN]
 # kwok kinds read from the API (not from its --config file), so they can be created per pod at any time.
 KWOK_CRD_KINDS = {"Exec": "execs", "Logs": "logs"}
 # The only environment kwok (and so every command it runs for `kubectl exec`) gets: not the caller's.
@@ -250,6 +311,41 @@ def start(name: str, argv: list[str], logs: Path, env: dict[str, str] | None = N
     return proc.pid
 
 
+class Processes:
+    """Processes started by name and recorded in a state file as they start: each one's PID and how it was
+    started, so that `restart` can start any of them again as it was (the chaos tier kills and restarts
+    them)."""
+
+    def __init__(self, state_file: Path, logs: Path, initial: dict[str, object] | None = None) -> None:
+        self.state_file, self.logs = state_file, logs
+        if initial is None:
+            initial = json.loads(state_file.read_text()) if state_file.exists() else {}
+        self.state: dict[str, Any] = {"pids": {}, "commands": {}, **initial}
+
+    @property
+    def pids(self) -> dict[str, int]:
+        return self.state["pids"]  # type: ignore[no-any-return]
+
+    def save(self) -> None:
+        self.state_file.write_text(json.dumps(self.state, indent=2))
+
+    def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> int:
+        pid = start(name, argv, self.logs, env=env)
+        self.pids[name] = pid
+        self.state["commands"][name] = {"argv": argv, "env": env}
+        self.save()
+        return pid
+
+    def restart(self, name: str) -> int:
+        """Stop `name` if it still runs (or reap it if it was killed), and start it again as it was."""
+        stop_pid(name, self.pids[name])
+        command = self.state["commands"][name]
+        return self.start(name, command["argv"], command["env"])
+
+    def wait(self, what: str, check: object, timeout: float) -> None:
+        wait_until(what, check, timeout, self.pids)
+
+
 def wait_until(what: str, check: object, timeout: float, pids: dict[str, int]) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -301,7 +397,8 @@ def kubectl(bins: dict[str, Path], kubeconfig: Path, *args: str, stdin: str | No
 
 
 def kwok_documents(bins: dict[str, Path]) -> tuple[list[str], list[str]]:
-    """kwok's stock files for our sets: (Stage documents for kwok, API objects such as the StorageClass)."""
+    """kwok's stock files for our sets, plus KWOK_REPAIRS: (Stage documents for kwok, API objects such as the
+    StorageClass)."""
     stage_root = bins["kwok"].parent.parent / "stages"
     stages, objects = [], []
     for stage_set in KWOK_STAGE_SETS:
@@ -310,7 +407,7 @@ def kwok_documents(bins: dict[str, Path]) -> tuple[list[str], list[str]]:
                 continue
             text = file.read_text()
             (stages if "\nkind: Stage\n" in f"\n{text}" else objects).append(text)
-    return stages, objects
+    return [*stages, *KWOK_REPAIRS], objects
 
 
 def kwok_crds() -> str:
@@ -411,14 +508,10 @@ def up(paths: Paths) -> None:
             paths.root / f"{component}.kubeconfig", server, pki / "ca.crt", tokens[component], component
         )
     write_kubeconfig(paths.kubeconfig, server, pki / "ca.crt", tokens["admin"], "admin")
-    pids: dict[str, int] = {}
-    state = {"pids": pids, "ports": ports, "server": server, "real_node": real_node}
-
-    def save() -> None:
-        paths.state.write_text(json.dumps(state, indent=2))
-
+    procs = Processes(paths.state, paths.logs, {"ports": ports, "server": server, "real_node": real_node})
+    procs.save()
     try:
-        pids["etcd"] = start(
+        procs.start(
             "etcd",
             [
                 str(bins["etcd"]),
@@ -432,11 +525,9 @@ def up(paths: Paths) -> None:
                 "--unsafe-no-fsync",
                 "--log-level=warn",
             ],
-            paths.logs,
         )
-        save()
-        wait_until("etcd", lambda: _http_ok(f"http://127.0.0.1:{ports['etcd']}/health"), 60, pids)
-        pids["kube-apiserver"] = start(
+        procs.wait("etcd", lambda: _http_ok(f"http://127.0.0.1:{ports['etcd']}/health"), 60)
+        procs.start(
             "kube-apiserver",
             [
                 str(bins["kube-apiserver"]),
@@ -468,16 +559,10 @@ def up(paths: Paths) -> None:
                 "--profiling=false",
                 "--v=1",
             ],
-            paths.logs,
         )
-        save()
-        wait_until(
-            "kube-apiserver /readyz",
-            lambda: https_ok(f"{server}/readyz", pki / "ca.crt", tokens["admin"]),
-            120,
-            pids,
-        )
-        pids["kube-controller-manager"] = start(
+        readyz = f"{server}/readyz"
+        procs.wait("kube-apiserver /readyz", lambda: https_ok(readyz, pki / "ca.crt", tokens["admin"]), 120)
+        procs.start(
             "kube-controller-manager",
             [
                 str(bins["kube-controller-manager"]),
@@ -493,9 +578,8 @@ def up(paths: Paths) -> None:
                 "--profiling=false",
                 "--v=1",
             ],
-            paths.logs,
         )
-        pids["kube-scheduler"] = start(
+        procs.start(
             "kube-scheduler",
             [
                 str(bins["kube-scheduler"]),
@@ -508,7 +592,6 @@ def up(paths: Paths) -> None:
                 "--profiling=false",
                 "--v=1",
             ],
-            paths.logs,
         )
         stages, kwok_objects = kwok_documents(bins)
         stage_file = paths.root / "kwok-stages.yaml"
@@ -517,7 +600,7 @@ def up(paths: Paths) -> None:
         crds = kwok_crds()
         kubectl(bins, paths.kubeconfig, "apply", "-f", "-", stdin=crds)
         kubectl(bins, paths.kubeconfig, "wait", "--for=condition=Established", "-f", "-", stdin=crds)
-        pids["kwok"] = start(
+        procs.start(
             "kwok",
             [
                 str(bins["kwok"]),
@@ -537,10 +620,8 @@ def up(paths: Paths) -> None:
                 f"--tls-private-key-file={pki / 'kwok.key'}",
                 f"--enable-crds={','.join(KWOK_CRD_KINDS)}",
             ],
-            paths.logs,
             env={**KWOK_ENV, "HOME": str(paths.root)},
         )
-        save()
         kubectl(
             bins,
             paths.kubeconfig,
@@ -549,8 +630,8 @@ def up(paths: Paths) -> None:
             "-",
             stdin="\n---\n".join([cluster_objects(real_node), *kwok_objects]),
         )
-        wait_until("nodes Ready", lambda: _nodes_ready(bins, paths, len(kwok_nodes(real_node))), 120, pids)
-        wait_until("service accounts", lambda: _default_sa_exists(bins, paths), 120, pids)
+        procs.wait("nodes Ready", lambda: _nodes_ready(bins, paths, len(kwok_nodes(real_node))), 120)
+        procs.wait("service accounts", lambda: _default_sa_exists(bins, paths), 120)
         if real_node:
             node_script().up(paths)
     except BaseException:
@@ -685,6 +766,7 @@ def down(paths: Paths, *, quiet: bool = False, keep_logs: bool = False) -> None:
 
 def stop_pid(name: str, pid: int, grace: float = 10) -> None:
     if not alive(pid):
+        reap(pid, grace)
         return
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + grace
@@ -695,10 +777,15 @@ def stop_pid(name: str, pid: int, grace: float = 10) -> None:
     # What it left running in its process group too: kwok's exec commands outlive a client that gave up.
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGKILL)
+    reap(pid, grace)
+    log(f"stopped {name} (pid {pid})")
+
+
+def reap(pid: int, timeout: float) -> None:
+    """Wait for our own child, so it leaves no zombie (a child another process killed is one until then)."""
     for proc in _STARTED:
         if proc.pid == pid:
-            proc.wait(timeout=grace)  # reap our own child, so it leaves no zombie
-    log(f"stopped {name} (pid {pid})")
+            proc.wait(timeout=timeout)
 
 
 def main() -> int:

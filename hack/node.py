@@ -187,37 +187,16 @@ def issue_node_credentials(cluster_paths: cluster.Paths, paths: NodePaths, serve
 # ---- processes ----------------------------------------------------------------------------------------
 
 
-class Processes:
-    """The node's processes, recorded by name -> PID in state.json as they start."""
-
-    def __init__(self, paths: NodePaths) -> None:
-        self.paths = paths
-        self.state: dict[str, object] = (
-            json.loads(paths.state.read_text()) if paths.state.exists() else {"pids": {}}
-        )
-
-    @property
-    def pids(self) -> dict[str, int]:
-        return self.state["pids"]  # type: ignore[return-value]
-
-    def save(self) -> None:
-        self.paths.state.write_text(json.dumps(self.state, indent=2))
-
-    def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> int:
-        pid = cluster.start(name, argv, self.paths.logs, env=env)
-        self.pids[name] = pid
-        self.save()
-        return pid
-
-    def wait(self, what: str, check: object, timeout: float) -> None:
-        cluster.wait_until(what, check, timeout, self.pids)
+def processes(paths: NodePaths) -> cluster.Processes:
+    """The node's processes, recorded in its own state file."""
+    return cluster.Processes(paths.state, paths.logs)
 
 
 def node_env(path: str) -> dict[str, str]:
     return {"PATH": path, "LANG": "C.UTF-8", "HOME": "/root"}
 
 
-def start_mount_namespace(procs: Processes, paths: NodePaths) -> int:
+def start_mount_namespace(procs: cluster.Processes, paths: NodePaths) -> int:
     """A process that holds the node's private mount namespace: masked sysctls, private /run/containerd and
     /var/lib/cni. containerd and the kubelet join it (nsenter), so their mounts vanish when it exits."""
     masks = paths.root / "sysctl-masks"
@@ -238,7 +217,7 @@ def start_mount_namespace(procs: Processes, paths: NodePaths) -> int:
     return pid
 
 
-def network_up(paths: NodePaths, procs: Processes, api_port: int) -> None:
+def network_up(paths: NodePaths, procs: cluster.Processes, api_port: int) -> None:
     (paths.root / "ip_forward.before").write_text(Path("/proc/sys/net/ipv4/ip_forward").read_text())
     procs.state["network"] = True
     procs.save()
@@ -297,7 +276,7 @@ def up(cluster_paths: cluster.Paths) -> bool:
     images = node_images(bins["coredns"] / "coredns", *NODE_IMAGES)
     for directory in (paths.logs, paths.containerd, paths.kubelet, paths.cni / "net.d", paths.cni / "ipam"):
         directory.mkdir(parents=True, exist_ok=True)
-    procs = Processes(paths)
+    procs = processes(paths)
     procs.state["created"] = [d for d in TOOL_DIRS if not Path(d).exists()]
     procs.save()
     try:
@@ -313,7 +292,7 @@ def up(cluster_paths: cluster.Paths) -> bool:
 def _start(
     cluster_paths: cluster.Paths,
     paths: NodePaths,
-    procs: Processes,
+    procs: cluster.Processes,
     bins: dict[str, Path],
     images: dict[str, tuple[str, Path]],
 ) -> None:
@@ -415,7 +394,7 @@ def running(cluster_paths: cluster.Paths) -> bool:
     paths = NodePaths(cluster_paths.root / "node")
     if not paths.state.exists():
         return False
-    return all(cluster.alive(pid) for pid in Processes(paths).pids.values())
+    return all(cluster.alive(pid) for pid in processes(paths).pids.values())
 
 
 def load_images(cluster_paths: cluster.Paths, *names: str) -> dict[str, str]:
@@ -423,7 +402,7 @@ def load_images(cluster_paths: cluster.Paths, *names: str) -> dict[str, str]:
     paths = NodePaths(cluster_paths.root / "node")
     if not running(cluster_paths):
         raise SystemExit("the real node is not running: start the cluster first (hack/cluster.py up)")
-    ctr = [str(Processes(paths).state["ctr"]), "-a", str(paths.socket), "-n", "k8s.io"]
+    ctr = [str(processes(paths).state["ctr"]), "-a", str(paths.socket), "-n", "k8s.io"]
     loaded = {}
     for name, (ref, archive) in node_images(None, *names).items():
         log(f"loading {ref} into the node")
@@ -437,7 +416,7 @@ def down(cluster_paths: cluster.Paths) -> None:
     paths = NodePaths(cluster_paths.root / "node")
     if not paths.state.exists():
         return
-    procs = Processes(paths)
+    procs = processes(paths)
     _stop_processes(cluster_paths, paths, procs)
     if procs.state.get("network"):
         _network_down(paths)
@@ -452,7 +431,7 @@ def down(cluster_paths: cluster.Paths) -> None:
     log(f"node {NODE_NAME} is down")
 
 
-def _stop_processes(cluster_paths: cluster.Paths, paths: NodePaths, procs: Processes) -> None:
+def _stop_processes(cluster_paths: cluster.Paths, paths: NodePaths, procs: cluster.Processes) -> None:
     """Pods first (while the kubelet can still tear them down), then each process in reverse start order."""
     pids = procs.pids
 

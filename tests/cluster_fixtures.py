@@ -262,6 +262,7 @@ class OperatorProcess:
         argv += ["--metrics-listen", f"127.0.0.1:{metrics_port}", *extra]
         for pattern in namespaces:
             argv += ["--namespace", pattern]
+        offset = log.stat().st_size if log.exists() else 0  # a restart appends to the same log
         with log.open("ab") as out:
             process = subprocess.Popen(
                 [*DIE_WITH_PARENT, *argv], stdout=out, stderr=subprocess.STDOUT, env=env
@@ -271,7 +272,7 @@ class OperatorProcess:
         # Watching begins with gymhosts (cluster-wide) or with namespaces (when given patterns); the quiet
         # log says only that it starts.
         started = r"Starting the watch-stream for (gymhosts|namespaces)" if verbose else "operator starting"
-        while not re.search(started, handle.output()):
+        while not re.search(started, handle.output()[offset:]):
             if process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"the operator did not start:\n{handle.output()[-3000:]}")
             time.sleep(0.2)
@@ -377,8 +378,10 @@ class BrokerProcess:
     metrics_url: str
 
     @classmethod
-    def launch(cls, kubeconfig: Path, policy_file: Path, log: Path) -> BrokerProcess:
-        port, metrics_port = (cluster_script.free_port() for _ in range(2))  # type: ignore[attr-defined]
+    def launch(cls, kubeconfig: Path, policy_file: Path, log: Path, port: int | None = None) -> BrokerProcess:
+        """On `port` when given (a restarted replica behind the same address), else on a free one."""
+        port = port or cluster_script.free_port()  # type: ignore[attr-defined]
+        metrics_port = cluster_script.free_port()  # type: ignore[attr-defined]
         env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
         argv = [str(Path(sys.executable).parent / "gymsandbox"), "broker", "--policy", str(policy_file)]
         argv += ["--operator-namespace", OPERATOR_NAMESPACE, "--listen", f"127.0.0.1:{port}"]
@@ -407,8 +410,17 @@ class BrokerProcess:
             try:
                 self.process.wait(timeout=40)
             except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+                self.kill()
+
+    def kill(self) -> None:
+        """SIGKILL: in-flight calls are cut off, nothing is drained."""
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1])
 
 
 @pytest.fixture(scope="session")

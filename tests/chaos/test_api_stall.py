@@ -1,65 +1,44 @@
 """The API server stalled (its process stopped, then resumed) while episodes are being created: every episode
-reaches the truth of its pod soon after, although the pod events of the stall are lost or fail."""
+reaches the truth of its pod soon after, although the pod events of the stall are lost or fail.
+
+Stalls of 5 s (shorter than any timeout), 45 s (the issue's) and 150 s (longer than kopf's watch timeouts and
+the node controller's grace period). After the long one the nodes' leases look stale at the resume, so the
+node controller marks every node unreachable and every pod not Ready: pods wait to be scheduled until the
+nodes are back, and the kubelets (or kwok's `pod-ready-again` stage) then write Ready back. That part of the
+time belongs to the scheduler and the node controller, so after 150 s every episode must be Ready within
+90 s, and (after every stall) no later than LAG_SECONDS after its pod.
+"""
 
 from __future__ import annotations
 
-import re
 import time
+from typing import Any
 
+import pytest
 from kubernetes import client
 
-from tests.chaos.conftest import stall
+from tests.chaos.faults import api_requests, assert_no_traceback, burst, stall, wait_all_ready
 from tests.cluster_fixtures import Cluster, OperatorProcess
-from tests.integration.episodes import Episodes, episode
-from tests.integration.gymhosts import Hosts, apply, sample, set_path
-from tests.scrape import scrape
 
-HOST = "swe-gym-run-1"
 EPISODES = 40
-STALL_SECONDS = 45
-CONVERGE_SECONDS = 30
 
 
-def test_every_episode_is_ready_within_30_s_of_a_45_s_api_server_stall(
+@pytest.mark.parametrize(("stall_seconds", "converge_seconds"), [(5, 30), (45, 30), (150, 90)])
+def test_every_episode_converges_after_an_api_server_stall(
+    stall_seconds: int,
+    converge_seconds: int,
     cluster: Cluster,
     operator: OperatorProcess,
     namespace: str,
     api_client: client.ApiClient,
-    control_plane_pids: dict[str, int],
+    control_plane: Any,
 ) -> None:
-    claim, host = sample()
-    set_path(host, "spec.episodes.maxConcurrent", EPISODES)
-    apply(cluster, namespace, claim, host)
-    Hosts(api_client, namespace).wait_reason(HOST, "HostReady")
-    episodes = Episodes(api_client, namespace)
     log_offset = len(operator.output())
-    for i in range(EPISODES):
-        episodes.create(episode(f"ep-{i:02d}"))
-    stall(control_plane_pids["kube-apiserver"], STALL_SECONDS)  # the burst is in flight meanwhile
+    episodes = burst(cluster, namespace, api_client, EPISODES)
+    stall(control_plane.pids["kube-apiserver"], stall_seconds)
     resumed = time.monotonic()
-    requests_at_resume = scrape(operator.metrics_url).value("gymsandbox_api_requests_total")
-    while True:
-        reasons = {
-            e["metadata"]["name"]: Episodes.condition(e, "Ready").get("reason") for e in episodes.all()
-        }
-        stale = {name: reason for name, reason in reasons.items() if reason != "SandboxReady"}
-        if len(reasons) == EPISODES and not stale:
-            break
-        assert time.monotonic() - resumed < CONVERGE_SECONDS, (stale, pods_ready(api_client, namespace))
-        time.sleep(0.5)
-    converged = time.monotonic() - resumed
-    requests = scrape(operator.metrics_url).value("gymsandbox_api_requests_total") - requests_at_resume
-    print(
-        f"\n{EPISODES} Ready {converged:.1f} s after a {STALL_SECONDS} s stall, {requests:.0f} API requests"
-    )
-    log = operator.output()[log_offset:]
-    assert "Traceback" not in log, re.findall(r".*failed.*", log)[-5:]
-
-
-def pods_ready(api_client: client.ApiClient, namespace: str) -> dict[str, str]:
-    """Each episode pod's own Ready condition: whether the episode or its pod is behind."""
-    pods = client.CoreV1Api(api_client).list_namespaced_pod(namespace).items
-    return {
-        p.metadata.name: next((c.status for c in p.status.conditions or [] if c.type == "Ready"), "none")
-        for p in pods
-    }
+    requests = api_requests(operator)
+    converged = wait_all_ready(episodes, EPISODES, resumed, converge_seconds)
+    requests = api_requests(operator) - requests
+    print(f"\nafter a {stall_seconds} s stall of the API server: {converged}, {requests:.0f} API requests")
+    assert_no_traceback(operator, log_offset)

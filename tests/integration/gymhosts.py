@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 import time
@@ -142,3 +143,8 @@ def ready_host(cluster: Cluster, namespace: str, hosts: Hosts, **changes: Any) -
         set_path(host, path.replace("__", "."), value)
     apply(cluster, namespace, claim, host)
     hosts.wait_reason(host["metadata"]["name"], "HostReady")
+
+
+def read_token(core: client.CoreV1Api, namespace: str, secret: str) -> str:
+    """The lease token a lease Secret holds."""
+    return base64.b64decode(core.read_namespaced_secret(secret, namespace).data["token"]).decode()

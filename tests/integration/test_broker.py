@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import io
 import os
 import signal
@@ -28,16 +27,12 @@ from tests.cluster_fixtures import (
 )
 from tests.integration.archives import tar_of, untar
 from tests.integration.episodes import EPISODE_IMAGE, Episodes
-from tests.integration.gymhosts import Hosts, apply, eventually, sample, set_path
+from tests.integration.gymhosts import Hosts, apply, eventually, read_token, sample, set_path
 from tests.scrape import scrape
 
 pytestmark = pytest.mark.integration
 
 HOST = "swe-gym-run-1"
-
-
-def read_token(core: client.CoreV1Api, namespace: str, secret: str) -> str:
-    return base64.b64decode(core.read_namespaced_secret(secret, namespace).data["token"]).decode()
 
 
 @pytest.fixture

@@ -54,7 +54,7 @@ from gymsandbox.broker.errors import STATUS, BrokerError
 from gymsandbox.broker.service import BrokerSettings
 from tests.cluster_fixtures import BrokerProcess, Cluster, OperatorProcess
 from tests.integration.episodes import EPISODE_IMAGE, Episodes
-from tests.integration.gymhosts import Hosts, apply, sample, set_path
+from tests.integration.gymhosts import Hosts, apply, read_token, sample, set_path
 
 pytestmark = pytest.mark.integration
 
@@ -75,10 +75,6 @@ TRICKY_IDS = ("a/b", "a%b", ".", "..", "?", "#", "?watch=true", "a\nb", "a\x00b"
 TRICKY_PATHS = ("../../etc/passwd", "/etc/passwd", "a/../../b", ".", "..", "a\nb", "a\x00b", "x" * 1100)
 STATUS_OF: dict[str, int] = dict(STATUS)  # the fixed set of error codes and their HTTP statuses
 UNREACHED_BACKEND = "the cluster could not be reached"  # app._backend_error: an exception nothing expected
-
-
-def read_token(core: client.CoreV1Api, namespace: str, secret: str) -> str:
-    return base64.b64decode(core.read_namespaced_secret(secret, namespace).data["token"]).decode()
 
 
 @pytest.fixture

@@ -4,6 +4,7 @@ kopf's temporary error, never a traceback."""
 
 from __future__ import annotations
 
+import json
 from typing import Any, cast
 
 import kopf
@@ -16,6 +17,7 @@ from gymsandbox.handlers.common import (
     LOG_TAIL_LINES,
     REDACTED,
     api_outage,
+    api_refusal,
     failure_fields,
     logs_tail,
     observed,
@@ -112,3 +114,33 @@ def test_an_outage_in_a_handler_is_kopfs_temporary_error_and_anything_else_stays
     with pytest.raises(KeyError):
         flaky()
     assert flaky.__name__ == "flaky"  # kopf's handler id
+
+
+def forbidden(message: str) -> ApiException:
+    error = ApiException(status=403, reason="Forbidden")
+    error.body = json.dumps({"kind": "Status", "message": message, "reason": "Forbidden", "code": 403})
+    return error
+
+
+RBAC_MESSAGE = 'episodesandboxes.gymsandbox.dev is forbidden: User "system:serviceaccount:s:op" cannot list'
+
+
+def test_a_refusal_in_a_handler_is_a_temporary_error_with_the_api_servers_words() -> None:
+    # Right after an API server restart its authorizer may refuse until it has loaded the RBAC rules.
+    answers: list[Exception] = [forbidden(RBAC_MESSAGE), ApiException(status=403, reason="Forbidden")]
+
+    @observed("refused")
+    def refused() -> None:
+        raise answers.pop(0)
+
+    with pytest.raises(kopf.TemporaryError, match=r"refused: episodesandboxes\.gymsandbox\.dev is forbidden"):
+        refused()
+    with pytest.raises(kopf.TemporaryError, match="refused: 403 Forbidden"):  # a Secret's, without its body
+        refused()
+
+
+def test_a_terminating_namespace_is_no_refusal_to_retry() -> None:
+    error = ApiException(status=403, reason="Forbidden")
+    error.body = json.dumps({"details": {"causes": [{"reason": "NamespaceTerminating"}]}})
+    assert api_refusal(error) is None
+    assert api_refusal(ApiException(status=404, reason="Not Found")) is None

@@ -312,6 +312,33 @@ def test_pod_lost_with_its_node_is_pod_lost_infrastructure(reason: str) -> None:
     assert (failure.kind, failure.reason) == (FailureKind.INFRASTRUCTURE, Reason.POD_LOST)
 
 
+def unreachable_pod(**spec: Any) -> dict[str, Any]:
+    """A running pod as the node controller leaves it when the node's lease went stale: Ready False, with the
+    kubelet's own ContainersReady (and container statuses) still True."""
+    pod = running_ready_pod()
+    pod["spec"].update(spec)
+    for condition in pod["status"]["conditions"]:
+        if condition["type"] == "Ready":
+            condition.update(status="False", lastTransitionTime=T1)
+    return pod
+
+
+def test_a_pod_whose_node_stopped_reporting_is_node_unreachable_infrastructure() -> None:
+    failure = failure_of(unreachable_pod())
+    assert (failure.kind, failure.reason) == (FailureKind.INFRASTRUCTURE, Reason.NODE_UNREACHABLE)
+    assert f"has not reported since {T1}" in failure.message
+
+
+def test_not_ready_with_readiness_gates_or_unready_containers_is_no_node_loss() -> None:
+    gated = unreachable_pod(readinessGates=[{"conditionType": "example.com/warm"}])
+    assert read_pod(gated).failure is None
+    starting = unreachable_pod()
+    for condition in starting["status"]["conditions"]:
+        if condition["type"] == "ContainersReady":
+            condition["status"] = "False"
+    assert read_pod(starting).failure is None
+
+
 @pytest.mark.parametrize(
     ("reason", "message"), [(None, None), ("DeadlineExceeded", "Pod was active too long")]
 )

@@ -60,6 +60,7 @@ class Reason(StrEnum):
     CONTAINER_CONFIG_ERROR = "CreateContainerConfigError"
     POD_FAILED = "PodFailed"
     POD_LOST = "PodLost"
+    NODE_UNREACHABLE = "NodeUnreachable"  # the pod's node stopped reporting: its real state is unknown
     EXPIRED = "Expired"
 
 

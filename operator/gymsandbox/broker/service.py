@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+import hmac
 import re
 import secrets
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -52,9 +52,6 @@ class BrokerSettings:
     max_exec_timeout_seconds: float = 600
     max_transfer_bytes: int = 64 * 1024 * 1024  # one file or one tar, either way
     transfer_timeout_seconds: float = 300
-    closed_memory: int = (
-        100_000  # closed episode ids remembered, to answer session_lost rather than not_found
-    )
 
 
 @dataclass
@@ -63,14 +60,8 @@ class BrokerState:
     key: SigningKey
     policy: ClusterPolicy
     settings: BrokerSettings
-    closed: OrderedDict[tuple[str, str], None] = field(default_factory=OrderedDict)
     shutting_down: bool = False
     in_flight: int = 0  # requests being served, for a graceful stop
-
-    def remember_closed(self, namespace: str, name: str) -> None:
-        self.closed[(namespace, name)] = None
-        while len(self.closed) > self.settings.closed_memory:
-            self.closed.popitem(last=False)
 
 
 def episode_view(obj: Mapping[str, Any]) -> Episode:
@@ -90,10 +81,24 @@ def episode_view(obj: Mapping[str, Any]) -> Episode:
     )
 
 
-def episode_name(host: str, host_uid: str, idempotency_key: str | None) -> str:
-    """A retried create with the same key names the same episode; without a key every create is new."""
+EPISODE_ID_PURPOSE = "episode-id"
+_NONCE_CHARS = 10
+
+
+def episode_name(host: str, host_uid: str, idempotency_key: str | None, key: SigningKey) -> str:
+    """`<host>-ep-<nonce><tag>`. A retried create with the same key names the same episode; without a key
+    every create is new. The tag (the signing key's MAC of host uid and nonce) lets any broker replica, or
+    a restarted one, tell an id it minted for this host, now gone (session_lost), from one it never did."""
     seed = f"{host_uid}/{idempotency_key}" if idempotency_key else secrets.token_hex(16)
-    return child_name(host, "ep-" + hashlib.sha256(seed.encode()).hexdigest()[:10])
+    nonce = hashlib.sha256(seed.encode()).hexdigest()[:_NONCE_CHARS]
+    return child_name(host, f"ep-{nonce}{key.tag(EPISODE_ID_PURPOSE, f'{host_uid}/{nonce}')}")
+
+
+def minted_for(episode_id: str, host: str, host_uid: str, key: SigningKey) -> bool:
+    """Whether `episode_name` made `episode_id` for this host (the same host uid: not a namesake)."""
+    nonce = episode_id[-8 - _NONCE_CHARS : -8]
+    expected = child_name(host, f"ep-{nonce}{key.tag(EPISODE_ID_PURPOSE, f'{host_uid}/{nonce}')}")
+    return len(nonce) == _NONCE_CHARS and hmac.compare_digest(expected, episode_id)
 
 
 def command_line(request: ExecRequest) -> list[str]:
@@ -126,11 +131,16 @@ class BrokerService:
             raise BrokerError("episode_not_found", "episode ids are Kubernetes names (DNS-1123, at most 253)")
         episode = await run_in_threadpool(self.state.backend.get_episode, caller.namespace, episode_id)
         if episode is None or episode["metadata"].get("deletionTimestamp"):
-            if (caller.namespace, episode_id) in self.state.closed or episode is not None:
-                raise BrokerError("session_lost", f"episode {episode_id} was closed")
+            if episode is not None or self._minted_for_caller(caller, episode_id):
+                raise BrokerError("session_lost", f"episode {episode_id} was closed or expired")
             raise BrokerError("episode_not_found", f"episode {episode_id} not found")
         authorize_episode(caller, episode, destroy=destroy, rollout_id=rollout)
         return episode
+
+    def _minted_for_caller(self, caller: Caller, episode_id: str) -> bool:
+        if caller.claims.scope != Scope.HOST:
+            return False  # an owner or operate token dies with its episode: it cannot ask about another
+        return minted_for(episode_id, caller.claims.name, caller.claims.uid, self.state.key)
 
     async def create(
         self, authorization: str | None, body: CreateEpisode, idempotency_key: str | None
@@ -141,7 +151,7 @@ class BrokerService:
         require_host(caller)
         host_spec = GymHostSpec.model_validate(caller.live.get("spec") or {})
         spec = self._admitted_spec(caller, host_spec, body)
-        name = episode_name(caller.claims.name, caller.claims.uid, idempotency_key)
+        name = episode_name(caller.claims.name, caller.claims.uid, idempotency_key, self.state.key)
         backend = self.state.backend
         if (
             not idempotency_key
@@ -222,7 +232,6 @@ class BrokerService:
                 return closed
             raise
         await run_in_threadpool(self.state.backend.delete_episode, caller.namespace, episode_id)
-        self.state.remember_closed(caller.namespace, episode_id)
         return episode_view(episode).model_copy(update={"ready": False, "reason": "Closed"})
 
     async def exec(
@@ -410,13 +419,14 @@ class BrokerService:
 
 # $1 is the path, $2 the exact byte count: reading a counted length does not depend on stdin reaching
 # end-of-file (kwok never sends it). A file is written to a sibling and renamed, so a reader never sees
-# half of it and a failure leaves none; a directory is unpacked beside its destination and swapped in.
+# half of it and a failure leaves none; a directory is unpacked beside its destination and swapped in. The
+# sibling is per attempt ($$): a retry never shares it with an attempt whose broker died mid-stream.
 WRITE_FILE = (
-    'set -e; part="$1.gs-part"; trap \'rm -f -- "$part"\' EXIT; mkdir -p -- "$(dirname -- "$1")"; '
+    'set -e; part="$1.gs-part.$$"; trap \'rm -f -- "$part"\' EXIT; mkdir -p -- "$(dirname -- "$1")"; '
     'head -c "$2" > "$part"; test "$(wc -c < "$part")" -eq "$2"; mv -f -- "$part" "$1"'
 )
 WRITE_DIRECTORY = (
-    'set -e; part="$1.gs-part"; trap \'rm -rf -- "$part"\' EXIT; rm -rf -- "$part"; mkdir -p -- "$part"; '
+    'set -e; part="$1.gs-part.$$"; trap \'rm -rf -- "$part"\' EXIT; rm -rf -- "$part"; mkdir -p -- "$part"; '
     'head -c "$2" | tar -x -f - -C "$part" --no-same-owner --no-same-permissions; '
     'mkdir -p -- "$(dirname -- "$1")"; rm -rf -- "$1"; mv -- "$part" "$1"'
 )

@@ -14,7 +14,7 @@ from kubernetes.client.exceptions import ApiException
 
 from gymsandbox.api.conditions import ConditionType, Reason
 from gymsandbox.handlers.context import ERROR_BACKOFF_SECONDS
-from gymsandbox.handlers.kube import EVENT, Kube
+from gymsandbox.handlers.kube import EVENT, Kube, namespace_terminating, status_body
 from gymsandbox.metrics import METRICS
 from gymsandbox.status.conditions import ConditionState, find
 from gymsandbox.status.pod import SANDBOX_EVENT_REASON, PodFailure, sandbox_overdue
@@ -43,10 +43,18 @@ def api_outage(error: BaseException) -> str | None:
     return None
 
 
+def api_refusal(error: BaseException) -> str | None:
+    """The API server's own words when it refused a request as forbidden: a missing RBAC rule, or, for a few
+    seconds after it restarts, an authorizer that has not loaded the rules yet."""
+    if not isinstance(error, ApiException) or error.status != 403 or namespace_terminating(error):
+        return None
+    return str(status_body(error).get("message") or f"{error.status} {error.reason}")
+
+
 def observed(handler: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
-    """A kopf handler, timed and counted (gymsandbox/metrics.py), whose API outage is kopf's temporary error:
-    one log line and a retry, not a traceback. An event handler is not retried; the periodic passes (host
-    resync, the episodes' drift pass) repair whatever it missed."""
+    """A kopf handler, timed and counted (gymsandbox/metrics.py), whose API outage or refusal (403) is kopf's
+    temporary error: one log line and a retry, not a traceback. An event handler is not retried; the periodic
+    passes (host resync, the episodes' drift pass) repair whatever it missed."""
 
     def decorate(fn: Callable[P, R]) -> Callable[P, R]:
         measured = METRICS.timed(handler)(fn)
@@ -56,10 +64,17 @@ def observed(handler: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
             try:
                 return measured(*args, **kwargs)
             except Exception as e:
-                outage = api_outage(e)
-                if outage is None:
+                outage, refusal = api_outage(e), api_refusal(e)
+                if outage:
+                    message = (
+                        f"the API server did not answer ({outage}); the next pass repairs what this missed"
+                    )
+                elif refusal:
+                    message = (
+                        f"the API server refused: {refusal}; retrying (a missing RBAC rule if it persists)"
+                    )
+                else:
                     raise
-                message = f"the API server did not answer ({outage}); the next pass repairs what this missed"
                 raise kopf.TemporaryError(message, delay=ERROR_BACKOFF_SECONDS) from None
 
         return run

@@ -366,8 +366,8 @@ def refresh_episode(ctx: OperatorContext, namespace: str, name: str) -> None:
             if status_changed(episode.get("status") or {}, status):
                 _patch_status(ctx.kube, namespace, name, status)
         except ApiException as e:
-            if not namespace_terminating(e):
-                raise
+            if e.status != 404 and not namespace_terminating(e):
+                raise  # else deleted meanwhile (the episode, or a child: the drift pass sees what is left)
 
 
 def episodes_needing_repair(ctx: OperatorContext, namespace: str, host_name: str, host_uid: str) -> list[str]:

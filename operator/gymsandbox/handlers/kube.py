@@ -196,10 +196,16 @@ class Kube:
 
     @staticmethod
     def _sanitized(kind: Kind, error: ApiException) -> ApiException:
-        """For Secrets, the same status and reason without the body and headers, which may echo the data."""
-        if kind is SECRET:
-            return ApiException(status=error.status, reason=error.reason)
-        return error
+        """For Secrets, the same status and reason without the body and headers, which may echo the data. Of
+        the body only the causes' reasons stay (fixed words: NamespaceTerminating, FieldValueInvalid), so a
+        caller can still tell why."""
+        if kind is not SECRET:
+            return error
+        sanitized = ApiException(status=error.status, reason=error.reason)
+        reasons = cause_reasons(error)
+        if reasons:
+            sanitized.body = json.dumps({"details": {"causes": [{"reason": r} for r in reasons]}})
+        return sanitized
 
 
 VERBS = {"GET": "get", "POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
@@ -219,9 +225,27 @@ def request_labels(method: str, path: str) -> tuple[str, str]:
     return verb, resource
 
 
+def status_body(error: ApiException) -> dict[str, Any]:
+    """The Status object an error carries (empty when its body is not one)."""
+    try:
+        body = json.loads(error.body or "")
+    except ValueError:
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+def cause_reasons(error: ApiException) -> list[str]:
+    """The reasons of the causes in an error's Status body (none when it has no such body)."""
+    details = status_body(error).get("details")
+    causes = details.get("causes") if isinstance(details, dict) else None
+    if not isinstance(causes, list):
+        return []
+    return [c["reason"] for c in causes if isinstance(c, dict) and isinstance(c.get("reason"), str)]
+
+
 def namespace_terminating(error: ApiException) -> bool:
     """A create refused because the namespace is being deleted: the object is about to go too."""
-    return error.status == 403 and "being terminated" in (error.body or "")
+    return error.status == 403 and "NamespaceTerminating" in cause_reasons(error)
 
 
 def owned_by(obj: Mapping[str, Any], uid: str) -> bool:

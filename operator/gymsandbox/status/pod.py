@@ -96,29 +96,58 @@ def _container_failure(status: Mapping[str, Any]) -> PodFailure | None:
     return None
 
 
+def _node_unreachable(pod: Mapping[str, Any]) -> PodFailure | None:
+    """A running pod whose Ready is False while its containers are ready: the node controller wrote that,
+    because the pod's node stopped reporting (its kubelet or the node is down). A kubelet never writes the
+    pair itself for a pod without readiness gates (and ours have none)."""
+    ready, containers = _condition(pod, "Ready") or {}, _condition(pod, "ContainersReady") or {}
+    if (
+        _get(pod, "status", "phase") != "Running"
+        or ready.get("status") != "False"
+        or containers.get("status") != "True"
+        or _get(pod, "spec", "readinessGates")
+    ):
+        return None
+    since = ready.get("lastTransitionTime") or "a moment ago"
+    return PodFailure(
+        FailureKind.INFRASTRUCTURE,
+        Reason.NODE_UNREACHABLE,
+        f"node {_get(pod, 'spec', 'nodeName')} has not reported since {since} (its kubelet or the node is"
+        " down); what runs there is unknown until it does",
+    )
+
+
 def _pod_failure(pod: Mapping[str, Any]) -> PodFailure | None:
-    """A failure the pod reports: a container's, the pod phase's, or the scheduler's."""
+    """A failure the pod reports: a container's, the pod phase's, its node's silence, or the scheduler's."""
     for status in _get(pod, "status", "containerStatuses") or []:
         failure = _container_failure(status)
         if failure:
             return failure
-    if _get(pod, "status", "phase") == "Failed":
-        pod_reason = _get(pod, "status", "reason") or ""
-        message = _get(pod, "status", "message") or "the pod failed"
-        # The kubelet refused a pod it cannot host (OutOfcpu, NodeAffinity, ...): not the workload.
-        if pod_reason.startswith("OutOf") or pod_reason in KUBELET_ADMISSION_REASONS:
-            return PodFailure(FailureKind.INFRASTRUCTURE, Reason.POD_LOST, f"{pod_reason}: {message}")
-        if pod_reason in INFRASTRUCTURE_POD_REASONS:
-            return PodFailure(FailureKind.INFRASTRUCTURE, INFRASTRUCTURE_POD_REASONS[pod_reason], message)
-        return PodFailure(FailureKind.WORKLOAD, Reason.POD_FAILED, message)
+    return _phase_failure(pod) or _node_unreachable(pod) or _scheduling_failure(pod)
+
+
+def _phase_failure(pod: Mapping[str, Any]) -> PodFailure | None:
+    if _get(pod, "status", "phase") != "Failed":
+        return None
+    pod_reason = _get(pod, "status", "reason") or ""
+    message = _get(pod, "status", "message") or "the pod failed"
+    # The kubelet refused a pod it cannot host (OutOfcpu, NodeAffinity, ...): not the workload.
+    if pod_reason.startswith("OutOf") or pod_reason in KUBELET_ADMISSION_REASONS:
+        return PodFailure(FailureKind.INFRASTRUCTURE, Reason.POD_LOST, f"{pod_reason}: {message}")
+    if pod_reason in INFRASTRUCTURE_POD_REASONS:
+        return PodFailure(FailureKind.INFRASTRUCTURE, INFRASTRUCTURE_POD_REASONS[pod_reason], message)
+    return PodFailure(FailureKind.WORKLOAD, Reason.POD_FAILED, message)
+
+
+def _scheduling_failure(pod: Mapping[str, Any]) -> PodFailure | None:
     scheduled = _condition(pod, "PodScheduled") or {}
-    if scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable":
-        message = str(scheduled.get("message", ""))
-        reason = (
-            Reason.PVC_NOT_BOUND if any(m in message for m in UNBOUND_CLAIM_MARKERS) else Reason.UNSCHEDULABLE
-        )
-        return PodFailure(FailureKind.INFRASTRUCTURE, reason, message)
-    return None
+    if scheduled.get("status") != "False" or scheduled.get("reason") != "Unschedulable":
+        return None
+    message = str(scheduled.get("message", ""))
+    reason = (
+        Reason.PVC_NOT_BOUND if any(m in message for m in UNBOUND_CLAIM_MARKERS) else Reason.UNSCHEDULABLE
+    )
+    return PodFailure(FailureKind.INFRASTRUCTURE, reason, message)
 
 
 def sandbox_overdue(pod: Mapping[str, Any], moment: datetime) -> bool:

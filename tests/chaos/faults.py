@@ -1,0 +1,116 @@
+"""Faults for the chaos tier and the checks that every object converges after one."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import dataclass
+
+import urllib3
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from gymsandbox.api.names import LABEL_COMPONENT
+from gymsandbox.desired.labels import COMPONENT_EPISODE
+from tests.cluster_fixtures import Cluster, OperatorProcess
+from tests.integration.episodes import Episodes, episode
+from tests.integration.gymhosts import Hosts, apply, sample, set_path
+from tests.scrape import scrape
+
+HOST = "swe-gym-run-1"
+
+
+def stall(pid: int, seconds: float) -> None:
+    """SIGSTOP the process for `seconds`, then SIGCONT it, whatever happens meanwhile."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        time.sleep(seconds)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+def wait_api(api_client: client.ApiClient, timeout: float = 120) -> float:
+    """Wait until the API server answers again; returns when, as time.monotonic()."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            client.VersionApi(api_client).get_code(_request_timeout=2)
+            return time.monotonic()
+        except (ApiException, urllib3.exceptions.HTTPError):
+            assert time.monotonic() < deadline, f"the API server did not answer within {timeout} s"
+            time.sleep(0.25)
+
+
+def burst(cluster: Cluster, namespace: str, api_client: client.ApiClient, count: int) -> Episodes:
+    """A Ready host with room for `count` episodes, and `count` episodes created at once (ep-00, ...)."""
+    claim, host = sample()
+    set_path(host, "spec.episodes.maxConcurrent", count)
+    apply(cluster, namespace, claim, host)
+    Hosts(api_client, namespace).wait_reason(HOST, "HostReady")
+    episodes = Episodes(api_client, namespace)
+    for i in range(count):
+        episodes.create(episode(f"ep-{i:02d}"))
+    return episodes
+
+
+# How far an episode's status may trail its pod's: the operator's own part of any convergence time.
+LAG_SECONDS = 10
+
+
+@dataclass(frozen=True)
+class Convergence:
+    pods: float  # seconds from the fault's end until every episode pod was Ready
+    episodes: float  # ... until every episode said SandboxReady
+
+    @property
+    def lag(self) -> float:
+        return self.episodes - self.pods
+
+    def __str__(self) -> str:
+        return f"pods Ready {self.pods:.1f} s, episodes {self.episodes:.1f} s (lag {self.lag:.1f} s)"
+
+
+def wait_all_ready(episodes: Episodes, count: int, since: float, within: float) -> Convergence:
+    """Wait until all `count` episodes say SandboxReady, at most `within` seconds after `since`, and that they
+    trailed their pods' Ready by at most LAG_SECONDS."""
+    pods_at = None
+    while True:
+        now = time.monotonic() - since
+        pods = pods_ready(episodes)
+        if pods_at is None and len(pods) == count and all(ready == "True" for ready in pods.values()):
+            pods_at = now
+        reasons = {
+            e["metadata"]["name"]: Episodes.condition(e, "Ready").get("reason") for e in episodes.all()
+        }
+        stale = {name: reason for name, reason in reasons.items() if reason != "SandboxReady"}
+        if len(reasons) == count and not stale:
+            converged = Convergence(pods_at if pods_at is not None else now, now)
+            assert converged.lag <= LAG_SECONDS, f"episodes trailed their pods: {converged}"
+            return converged
+        assert now < within, f"after {within} s: episodes {stale}, their pods' Ready {pods}"
+        time.sleep(0.5)
+
+
+def pods_ready(episodes: Episodes) -> dict[str, str]:
+    """Each episode pod's own Ready condition: whether the episode or its pod is behind."""
+    pods = client.CoreV1Api(episodes.custom.api_client).list_namespaced_pod(
+        episodes.namespace, label_selector=f"{LABEL_COMPONENT}={COMPONENT_EPISODE}"
+    )
+    return {
+        p.metadata.name: next((c.status for c in p.status.conditions or [] if c.type == "Ready"), "none")
+        for p in pods.items
+    }
+
+
+def api_requests(operator: OperatorProcess) -> float:
+    """The API requests the operator's handlers have made so far."""
+    return scrape(operator.metrics_url).value("gymsandbox_api_requests_total")
+
+
+def assert_no_traceback(operator: OperatorProcess, log_offset: int) -> None:
+    """No traceback in the operator's log since `log_offset`; else the first one, with the line before it."""
+    log = operator.output()[log_offset:]
+    lines = log.splitlines()
+    first = next((i for i, line in enumerate(lines) if line.startswith("Traceback")), None)
+    assert first is None, "\n".join(lines[max(first - 1, 0) : first + 60])
