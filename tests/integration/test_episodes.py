@@ -12,6 +12,7 @@ from kubernetes import client
 from tests.cluster_fixtures import Cluster, OperatorProcess
 from tests.integration.episodes import Episodes, episode
 from tests.integration.gymhosts import Hosts, eventually, ready_host
+from tests.scrape import scrape
 
 pytestmark = pytest.mark.integration
 
@@ -100,6 +101,33 @@ def test_expired_episode_is_deleted_within_ten_seconds_of_expires_at(
     eventually(lambda: episodes.get("short") is None, timeout=20, what="the expired episode to be deleted")
     assert datetime.now(UTC) - expires_at < timedelta(seconds=10)
     eventually(lambda: not any(hosts.children_of_episodes().values()), timeout=15, what="its children to go")
+
+
+def test_the_operator_itself_ends_an_expired_episodes_pod_not_the_garbage_collector(
+    cluster: Cluster,
+    operator: OperatorProcess,
+    namespace: str,
+    hosts: Hosts,
+    episodes: Episodes,
+    core: client.CoreV1Api,
+) -> None:
+    # Many expiring at once would wait for the collector's pace (tests/chaos/test_mass_expiry.py); here the
+    # operator's own pods deletecollection, with the episode's name in its selector, is what is checked.
+    ready_host(cluster, namespace, hosts)
+    deletions = {"verb": "deletecollection", "resource": "pods", "code": "200"}
+    before = scrape(operator.metrics_url).value("gymsandbox_api_requests_total", **deletions)
+    episodes.create(episode("brief", lifetime={"ttlSeconds": 2}))
+    episodes.wait_ready("brief")
+    eventually(lambda: episodes.get("brief") is None, timeout=20, what="the expired episode to be deleted")
+    eventually(
+        lambda: scrape(operator.metrics_url).value("gymsandbox_api_requests_total", **deletions) > before,
+        10,
+        "the operator's deletecollection of the reaped episode's pod",
+    )
+    selector = "gymsandbox.dev/episode=brief"
+    eventually(
+        lambda: not core.list_namespaced_pod(namespace, label_selector=selector).items, 10, "its pod gone"
+    )
 
 
 def test_renewal_moves_expires_at(

@@ -22,3 +22,11 @@ def selector(owner: Owner) -> dict[str, str]:
 
 def child_labels(owner: Owner) -> dict[str, str]:
     return {LABEL_MANAGED_BY: MANAGED_BY, **selector(owner)}
+
+
+def episodes_pods_selector(names: list[str]) -> str:
+    """A label selector for the sandbox pods of these episodes (and no other pods)."""
+    values = ",".join(sorted({label_value(name) for name in names}))
+    return (
+        f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_COMPONENT}={COMPONENT_EPISODE},{LABEL_EPISODE} in ({values})"
+    )

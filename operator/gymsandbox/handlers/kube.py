@@ -190,9 +190,18 @@ class Kube:
             raise self._sanitized(kind, e) from None
         return True
 
-    def delete_collection(self, kind: Kind, namespace: str, *, fields: str) -> None:
-        """Delete every object the field selector matches, in one request."""
-        self._call("DELETE", kind.path(namespace), query=[("fieldSelector", fields)])
+    def delete_collection(
+        self, kind: Kind, namespace: str, *, fields: str | None = None, labels: str | None = None
+    ) -> None:
+        """Delete every object the field or label selector matches, in one request."""
+        query = [
+            (key, value) for key, value in (("fieldSelector", fields), ("labelSelector", labels)) if value
+        ]
+        if not query:
+            raise ValueError(
+                "delete_collection needs a selector: it never deletes a whole namespace's objects"
+            )
+        self._call("DELETE", kind.path(namespace), query=query)
 
     @staticmethod
     def _sanitized(kind: Kind, error: ApiException) -> ApiException:
