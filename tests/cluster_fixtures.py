@@ -21,7 +21,7 @@ import yaml
 from kubernetes import client, config
 
 from tests import hack_scripts
-from tests.integration.gymhosts import Hosts
+from tests.integration.gymhosts import Hosts, read_token, ready_host
 from tests.namespaces import restricted_namespace
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -109,6 +109,15 @@ def _fresh_namespace(request: pytest.FixtureRequest, core: client.CoreV1Api, pre
 @pytest.fixture
 def hosts(api_client: client.ApiClient, namespace: str) -> Hosts:
     return Hosts(api_client, namespace)
+
+
+@pytest.fixture
+def host_token(
+    cluster: Cluster, operator: OperatorProcess, namespace: str, hosts: Hosts, core: client.CoreV1Api
+) -> str:
+    """The lease token of the sample GymHost (three episode slots), HostReady in the test's namespace."""
+    ready_host(cluster, namespace, hosts, spec__episodes__maxConcurrent=3)
+    return read_token(core, namespace, "swe-gym-run-1-lease")  # examples/gymhost.yaml's name
 
 
 @pytest.fixture(scope="session")

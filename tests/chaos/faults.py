@@ -103,6 +103,13 @@ def pods_ready(episodes: Episodes) -> dict[str, str]:
     }
 
 
+def converge(operator: OperatorProcess, episodes: Episodes, count: int, since: float, within: float) -> str:
+    """wait_all_ready, counting the operator's API requests meanwhile; returns the figures, in words."""
+    requests = api_requests(operator)
+    converged = wait_all_ready(episodes, count, since, within)
+    return f"{converged}, {api_requests(operator) - requests:.0f} API requests"
+
+
 def api_requests(operator: OperatorProcess) -> float:
     """The API requests the operator's handlers have made so far."""
     return scrape(operator.metrics_url).value("gymsandbox_api_requests_total")

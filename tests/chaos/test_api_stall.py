@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tests.chaos.faults import api_requests, assert_no_traceback, burst, stall, wait_all_ready
+from tests.chaos.faults import assert_no_traceback, burst, converge, stall
 from tests.cluster_fixtures import Cluster, OperatorProcess
 
 EPISODES = 40
@@ -36,9 +36,6 @@ def test_every_episode_converges_after_an_api_server_stall(
     log_offset = len(operator.output())
     episodes = burst(cluster, namespace, api_client, EPISODES)
     stall(control_plane.pids["kube-apiserver"], stall_seconds)
-    resumed = time.monotonic()
-    requests = api_requests(operator)
-    converged = wait_all_ready(episodes, EPISODES, resumed, converge_seconds)
-    requests = api_requests(operator) - requests
-    print(f"\nafter a {stall_seconds} s stall of the API server: {converged}, {requests:.0f} API requests")
+    figures = converge(operator, episodes, EPISODES, time.monotonic(), converge_seconds)
+    print(f"\nafter a {stall_seconds} s stall of the API server: {figures}")
     assert_no_traceback(operator, log_offset)

@@ -14,7 +14,7 @@ from typing import Any
 
 from kubernetes import client
 
-from tests.chaos.faults import api_requests, assert_no_traceback, burst, wait_all_ready, wait_api
+from tests.chaos.faults import assert_no_traceback, burst, converge, wait_api
 from tests.cluster_fixtures import Cluster, OperatorProcess
 from tests.scrape import scrape
 
@@ -39,13 +39,9 @@ def test_api_server_killed_and_restarted_after_a_compaction_every_watch_relists_
     # for history that is gone and gets 410 Gone.
     compacted = compact_etcd(control_plane.state["ports"]["etcd"])
     control_plane.restart("kube-apiserver")
-    back = wait_api(api_client)
-    requests = api_requests(operator)
-    converged = wait_all_ready(episodes, EPISODES, back, CONVERGE_SECONDS)
-    requests = api_requests(operator) - requests
+    figures = converge(operator, episodes, EPISODES, wait_api(api_client), CONVERGE_SECONDS)
     print(
-        f"\nafter the API server was down {DOWN_SECONDS} s and etcd compacted at revision {compacted}: "
-        f"{converged}, {requests:.0f} API requests"
+        f"\nafter the API server was down {DOWN_SECONDS} s, etcd compacted at revision {compacted}: {figures}"
     )
     assert watch_restarts(operator, "expired") > expired, "no watch saw 410 Gone: the fault did not happen"
     assert_no_traceback(operator, log_offset)
@@ -63,11 +59,8 @@ def test_etcd_killed_and_restarted_every_episode_converges(
     os.kill(control_plane.pids["etcd"], signal.SIGKILL)
     time.sleep(DOWN_SECONDS)
     control_plane.restart("etcd")
-    back = time.monotonic()
-    requests = api_requests(operator)
-    converged = wait_all_ready(episodes, EPISODES, back, CONVERGE_SECONDS)
-    requests = api_requests(operator) - requests
-    print(f"\nafter etcd was down {DOWN_SECONDS} s: {converged}, {requests:.0f} API requests")
+    figures = converge(operator, episodes, EPISODES, time.monotonic(), CONVERGE_SECONDS)
+    print(f"\nafter etcd was down {DOWN_SECONDS} s: {figures}")
     assert_no_traceback(operator, log_offset)
 
 

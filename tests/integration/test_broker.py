@@ -22,28 +22,16 @@ from tests.cluster_fixtures import (
     BrokerProcess,
     Cluster,
     Identities,
-    OperatorProcess,
     cluster_script,
 )
 from tests.integration.archives import tar_of, untar
 from tests.integration.episodes import EPISODE_IMAGE, Episodes
-from tests.integration.gymhosts import Hosts, apply, eventually, read_token, sample, set_path
+from tests.integration.gymhosts import eventually, read_token
 from tests.scrape import scrape
 
 pytestmark = pytest.mark.integration
 
 HOST = "swe-gym-run-1"
-
-
-@pytest.fixture
-def host_token(
-    cluster: Cluster, operator: OperatorProcess, namespace: str, hosts: Hosts, core: client.CoreV1Api
-) -> str:
-    claim, host = sample()
-    set_path(host, "spec.episodes.maxConcurrent", 3)
-    apply(cluster, namespace, claim, host)
-    hosts.wait_reason(HOST, "HostReady")
-    return read_token(core, namespace, f"{HOST}-lease")
 
 
 @pytest.fixture

@@ -2,32 +2,19 @@
 
 from __future__ import annotations
 
-import base64
 import os
 
 import pytest
 from kubernetes import client
 
 from gymsandbox.client import BrokerClient, BrokerClientError
-from tests.cluster_fixtures import BrokerProcess, Cluster, OperatorProcess, cluster_script
+from tests.cluster_fixtures import BrokerProcess, Cluster, cluster_script
 from tests.integration.episodes import EPISODE_IMAGE, Episodes
-from tests.integration.gymhosts import Hosts, apply, eventually, sample, set_path
+from tests.integration.gymhosts import eventually
 
 pytestmark = pytest.mark.integration
 
 HOST = "swe-gym-run-1"
-
-
-@pytest.fixture
-def host_token(
-    cluster: Cluster, operator: OperatorProcess, namespace: str, hosts: Hosts, core: client.CoreV1Api
-) -> str:
-    claim, host = sample()
-    set_path(host, "spec.episodes.maxConcurrent", 3)
-    apply(cluster, namespace, claim, host)
-    hosts.wait_reason(HOST, "HostReady")
-    data = core.read_namespaced_secret(f"{HOST}-lease", namespace).data or {}
-    return base64.b64decode(data["token"]).decode()
 
 
 def test_the_client_creates_runs_transfers_and_closes_an_episode(
