@@ -326,7 +326,8 @@ def unreachable_pod(**spec: Any) -> dict[str, Any]:
 def test_a_pod_whose_node_stopped_reporting_is_node_unreachable_infrastructure() -> None:
     failure = failure_of(unreachable_pod())
     assert (failure.kind, failure.reason) == (FailureKind.INFRASTRUCTURE, Reason.NODE_UNREACHABLE)
-    assert f"has not reported since {T1}" in failure.message
+    assert "node kata-node-1 stopped reporting" in failure.message
+    assert f"marked the pod not Ready at {T1}" in failure.message
 
 
 def test_not_ready_with_readiness_gates_or_unready_containers_is_no_node_loss() -> None:

@@ -108,12 +108,12 @@ def _node_unreachable(pod: Mapping[str, Any]) -> PodFailure | None:
         or _get(pod, "spec", "readinessGates")
     ):
         return None
-    since = ready.get("lastTransitionTime") or "a moment ago"
+    since = ready.get("lastTransitionTime") or "just now"
     return PodFailure(
         FailureKind.INFRASTRUCTURE,
         Reason.NODE_UNREACHABLE,
-        f"node {_get(pod, 'spec', 'nodeName')} has not reported since {since} (its kubelet or the node is"
-        " down); what runs there is unknown until it does",
+        f"node {_get(pod, 'spec', 'nodeName')} stopped reporting (its kubelet or the node is down), so the"
+        f" node controller marked the pod not Ready at {since}; what runs there is unknown until it is back",
     )
 
 
