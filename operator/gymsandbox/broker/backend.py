@@ -31,7 +31,8 @@ HANDSHAKE_ATTEMPTS, HANDSHAKE_RETRY_SECONDS = 3, 0.2
 # deepest first, each stopped before its children are looked up so that none forks away meanwhile. A closed
 # exec stream stops nothing in the sandbox, and `timeout` would kill only the direct child (busybox) or a
 # process group that, inside a container, is not the command's own. It needs only `sh`, `sleep` and /proc;
-# a missing `sleep` is reported, never silently leaves the command without a deadline.
+# a missing `sleep` is reported, never silently leaves the command without a deadline. A process that exits
+# during the /proc scan must not show in the command's stderr: stderr is silenced before the file is opened.
 DEADLINE_WRAPPER = r"""
 command -v sleep >/dev/null 2>&1 || { echo "gymsandbox-broker: the sandbox has no sleep" >&2; exit 127; }
 children() {
@@ -40,7 +41,7 @@ children() {
       [ "$key" = PPid ] || continue
       [ "$value" = "$1" ] && { pid=${status#/proc/}; echo "${pid%/status}"; }
       break
-    done < "$status" 2>/dev/null
+    done 2>/dev/null < "$status"
   done
 }
 kill_tree() {
