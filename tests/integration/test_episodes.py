@@ -178,7 +178,8 @@ def test_episode_children_are_restricted_and_owned(
     assert [(m.mount_path, m.sub_path) for m in container.volume_mounts] == [
         ("/workspace", "workspaces/swe-gym-run-1/ep-tidy")
     ]
-    assert pod.metadata.labels["team"] == "rl"
+    assert pod.metadata.labels["user.gymsandbox.dev/team"] == "rl"
+    assert "team" not in pod.metadata.labels
     assert not any(e.name.startswith("GYMSANDBOX_") for e in container.env or [])
     policy = client.NetworkingV1Api(core.api_client).read_namespaced_network_policy("tidy-egress", namespace)
     cidrs = [block.ip_block.cidr for rule in policy.spec.egress for block in rule.to if block.ip_block]

@@ -60,7 +60,7 @@ EPISODE: dict[str, Any] = {
     "lifetime": {"ttlSeconds": 900},
     "workspace": {"subPath": "workspaces/swe-gym-run-1/ep-0001", "mountPath": "/work"},
     "egress": {"allow": ["models.example.com:443"]},
-    "labels": {"team": "rl", "app.kubernetes.io/managed-by": "someone", "app.kubernetes.io/component": "x"},
+    "labels": {"team": "rl", "app": "gymsandbox-broker", "component": "x"},
 }
 
 
@@ -122,11 +122,18 @@ def test_pod_is_controlled_by_its_episode(kata: RuntimeProfile) -> None:
     )
 
 
-def test_user_labels_are_kept(kata: RuntimeProfile) -> None:
-    assert build(kata)["metadata"]["labels"]["team"] == "rl"
+def test_user_labels_reach_the_pod_only_under_the_user_prefix(kata: RuntimeProfile) -> None:
+    """No user label is a key that a Service, a NetworkPolicy or the chart's selectors match on."""
+    labels = build(kata)["metadata"]["labels"]
+    assert labels == {
+        **child_labels(OWNER),
+        "user.gymsandbox.dev/team": "rl",
+        "user.gymsandbox.dev/app": "gymsandbox-broker",
+        "user.gymsandbox.dev/component": "x",
+    }
 
 
-def test_operator_labels_win_over_user_labels(kata: RuntimeProfile) -> None:
+def test_operator_labels_are_the_pods_own(kata: RuntimeProfile) -> None:
     labels = build(kata)["metadata"]["labels"]
     assert {k: labels[k] for k in child_labels(OWNER)} == child_labels(OWNER)
     assert labels[LABEL_MANAGED_BY] == "gymsandbox"

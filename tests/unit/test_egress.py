@@ -312,6 +312,90 @@ def test_allowed_private_cidrs_never_open_always_forbidden_ranges(entry: str, al
         check_forbidden(parse_allow_entry(entry), [net(allowed)])
 
 
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ("[64:ff9b::a00:1]:443", "in the NAT64 range 64:ff9b::/96, and 10.0.0.1 is in the private range"),
+        ("[64:ff9b::10.0.0.1]:443", "and 10.0.0.1 is in the private range 10.0.0.0/8"),
+        ("[64:ff9b::a9fe:a9fe]:80", "and 169.254.169.254 is in the link-local range"),
+        ("[64:ff9b::7f00:1]:80", "and 127.0.0.1 is in the loopback range"),
+        ("[64:ff9b::a00:0/104]:443", "NAT64 range 64:ff9b::/96, and 10.0.0.0/8 overlaps the private range"),
+        ("[64:ff9b::/96]:443", "and 0.0.0.0/0 overlaps"),
+        ("[64:ff9b::/64]:443", "and 0.0.0.0/0 overlaps"),
+        ("[64:ff9b:1::808:808]:443", "local-use NAT64 range 64:ff9b:1::/48"),
+        ("[2002:a00:1::1]:443", "in the 6to4 range 2002::/16, and 10.0.0.1 is in the private range"),
+        ("[2002:a9fe:a9fe::/48]:443", "6to4 range 2002::/16, and 169.254.169.254 is in the link-local"),
+        ("[2002:a00::/24]:443", "6to4 range 2002::/16, and 10.0.0.0/8 overlaps the private range"),
+        ("[2002::/16]:443", "and 0.0.0.0/0 overlaps"),
+        ("[2000::/3]:443", "6to4 range 2002::/16, and 0.0.0.0/0"),
+        ("[2001:0:a00:1::1]:443", "Teredo (server) range 2001::/32, and 10.0.0.1 is in the private"),
+        # The client address is stored inverted: f5ff:fffe is 10.0.0.1.
+        ("[2001:0:808:808:0:0:f5ff:fffe]:443", "Teredo (client) range 2001::/32, and 10.0.0.1"),
+        ("[::ffff:0:a00:1]:443", "IPv4-translated (SIIT) range ::ffff:0:0:0/96"),
+        ("[::a00:1]:443", "IPv4-compatible range ::/96"),
+        ("[::808:808]:443", "IPv4-compatible range ::/96"),
+    ],
+)
+def test_refuses_every_ipv6_embedding_of_a_refused_ipv4_range(entry: str, message: str) -> None:
+    with pytest.raises(EgressError, match=re.escape(message)):
+        check_forbidden(parse_allow_entry(entry), [])
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        "[64:ff9b::808:808]:443",
+        "[2002:808:808::1]:443",
+        "[2001:0:808:808::f7f7:f7f7]:443",
+        "[2001:db8::1]:443",
+    ],
+)
+def test_allows_ipv6_embeddings_of_public_ipv4(entry: str) -> None:
+    check_forbidden(parse_allow_entry(entry), [])
+
+
+def test_embedding_of_an_opened_private_range_is_open_too() -> None:
+    check_forbidden(parse_allow_entry("[64:ff9b::a14:1e28]:443"), [net("10.20.30.0/24")])
+
+
+@pytest.mark.parametrize(
+    ("entry", "allowed"),
+    [
+        ("10.96.0.1:443", ["10.0.0.0/8"]),
+        ("10.96.0.0/12:443", ["10.0.0.0/8"]),
+        ("[64:ff9b::a60:1]:443", ["10.0.0.0/8"]),
+        ("8.8.4.4:53", []),
+        ("[2002:808:404::]:53", []),
+    ],
+)
+def test_denied_cidrs_win_over_allowed_private_cidrs_and_public_space(entry: str, allowed: list[str]) -> None:
+    with pytest.raises(EgressError, match=re.escape("which the cluster policy denies (egress.deniedCIDRs)")):
+        check_forbidden(
+            parse_allow_entry(entry),
+            [net(a) for a in allowed],
+            denied=[net("10.96.0.0/12"), net("8.8.4.0/24")],
+        )
+
+
+def test_denied_cidrs_refuse_what_a_name_resolves_to() -> None:
+    resolver = FakeResolver({"svc.example.com": ["10.96.0.10"], "nat.example.com": ["64:ff9b::a60:a"]})
+    for name in ("svc.example.com", "nat.example.com"):
+        with pytest.raises(EgressError, match=re.escape(f"{name} resolves to")):
+            resolve(
+                [parse_allow_entry(f"{name}:443")],
+                {},
+                resolver,
+                allowed_private=[net("10.0.0.0/8")],
+                denied=[net("10.96.0.0/12")],
+            )
+
+
+def test_a_name_resolving_into_nat64_private_space_is_refused() -> None:
+    resolver = FakeResolver({"sneaky.example.com": ["64:ff9b::a9fe:a9fe"]})
+    with pytest.raises(EgressError, match=re.escape("169.254.169.254 is in the link-local range")):
+        resolve([parse_allow_entry("sneaky.example.com:80")], {}, resolver)
+
+
 # --- egress_targets ------------------------------------------------------------------------------------
 
 

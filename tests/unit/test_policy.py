@@ -313,6 +313,13 @@ def test_allowed_private_cidrs_are_normalized() -> None:
     assert [str(n) for n in policy.egress.allowed_private_networks] == ["10.20.30.0/24", "fd12::/16"]
 
 
+def test_denied_cidrs_are_normalized_and_must_be_cidrs(tmp_path: Path) -> None:
+    policy = ClusterPolicy.model_validate({"egress": {"deniedCIDRs": ["10.96.0.0/12", "FD00:10::/64"]}})
+    assert [str(n) for n in policy.egress.denied_networks] == ["10.96.0.0/12", "fd00:10::/64"]
+    [line] = policy_problems(tmp_path, "egress: {deniedCIDRs: ['10.96.0.1/12']}\n")
+    assert "has host bits set" in line
+
+
 @pytest.mark.parametrize(
     "cidr", ["0.0.0.0/0", "127.0.0.0/8", "169.254.0.0/16", "10.0.0.0/7", "203.0.113.0/24"]
 )

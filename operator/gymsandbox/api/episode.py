@@ -20,15 +20,14 @@ from gymsandbox.api.common import (
     list_map,
 )
 from gymsandbox.api.gymhost import DnsSubdomain, EgressEntry, Image
-from gymsandbox.api.names import GROUP
+from gymsandbox.api.names import USER_LABEL_PREFIX
 
 # Any name a process can take: no "=" and no NUL (execve would split or cut it).
 EPISODE_ENV_NAME_PATTERN = r"^[^=\x00]+$"
 ROLLOUT_ID_PATTERN = r"^[A-Za-z0-9]([A-Za-z0-9._:-]*[A-Za-z0-9])?$"
-LABEL_KEY_PATTERN = (
-    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
-    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
-)
+# A label name without a prefix: it reaches the pod only under USER_LABEL_PREFIX, so no user label can select
+# the pod into a Service's endpoints, a NetworkPolicy or the chart's own selectors.
+LABEL_NAME_PATTERN = r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
 LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$"
 # Fields that shape the pod: fixed once created. Only lifetime (renewal) may change.
 IMMUTABLE_FIELDS = (
@@ -47,6 +46,9 @@ IMMUTABLE_FIELDS = (
     "labels",
 )
 MAX_UID = 2_147_483_647
+LABEL_KEYS_MESSAGE = (
+    f"label keys must be plain names without a prefix (the pod carries them as {USER_LABEL_PREFIX}<name>)"
+)
 
 
 def _unchanged(field: str) -> str:
@@ -157,14 +159,11 @@ class EpisodeSandboxSpec(Model):
     labels: dict[str, Annotated[str, Field(pattern=LABEL_VALUE_PATTERN, max_length=63)]] = Field(
         default_factory=dict,
         max_length=32,
-        description=f"Labels for the sandbox pod; keys under {GROUP}/ are reserved.",
+        description=f"Labels for the sandbox pod, which carries each as {USER_LABEL_PREFIX}<name>. Keys are"
+        " plain label names, without a prefix.",
         json_schema_extra={
             "x-kubernetes-validations": [
-                cel(
-                    f"self.all(k, k.size() <= 253 && k.matches(r'{LABEL_KEY_PATTERN}'))",
-                    "label keys must be valid",
-                ),
-                cel(f"self.all(k, !k.startsWith('{GROUP}/'))", f"label keys under {GROUP}/ are reserved"),
+                cel(f"self.all(k, k.matches(r'{LABEL_NAME_PATTERN}'))", LABEL_KEYS_MESSAGE),
             ]
         },
     )
@@ -176,13 +175,10 @@ class EpisodeSandboxSpec(Model):
     )
 
     @model_validator(mode="after")
-    def _no_reserved_labels(self) -> EpisodeSandboxSpec:
-        invalid = sorted(k for k in self.labels if len(k) > 253 or not re.match(LABEL_KEY_PATTERN, k))
+    def _plain_label_names(self) -> EpisodeSandboxSpec:
+        invalid = sorted(k for k in self.labels if not re.match(LABEL_NAME_PATTERN, k))
         if invalid:
-            raise ValueError(f"invalid label keys: {', '.join(invalid)}")
-        reserved = sorted(k for k in self.labels if k.startswith(f"{GROUP}/"))
-        if reserved:
-            raise ValueError(f"label keys under {GROUP}/ are reserved: {', '.join(reserved)}")
+            raise ValueError(f"{LABEL_KEYS_MESSAGE}: {', '.join(invalid)}")
         return self
 
 

@@ -15,6 +15,8 @@ MANAGED_BY = "gymsandbox"
 LABEL_COMPONENT = "app.kubernetes.io/component"
 LABEL_HOST = f"{GROUP}/gymhost"
 LABEL_EPISODE = f"{GROUP}/episode"
+# An episode's own labels reach its pod only under this prefix, never as keys others select on.
+USER_LABEL_PREFIX = f"user.{GROUP}/"
 
 # Environment variables the operator injects into host pods; users may not define these names.
 ENV_PREFIX_RESERVED = "GYMSANDBOX_"

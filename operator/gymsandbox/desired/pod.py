@@ -5,7 +5,7 @@ from __future__ import annotations
 from gymsandbox.api.common import Resources
 from gymsandbox.api.episode import EpisodeResources, EpisodeSandboxSpec
 from gymsandbox.api.gymhost import GymHostSpec
-from gymsandbox.api.names import ENV_BROKER_URL, ENV_LEASE_TOKEN, LEASE_TOKEN_KEY
+from gymsandbox.api.names import ENV_BROKER_URL, ENV_LEASE_TOKEN, LEASE_TOKEN_KEY, USER_LABEL_PREFIX
 from gymsandbox.desired.labels import child_labels
 from gymsandbox.desired.names import child_name
 from gymsandbox.desired.owner import TEMPLATE_HASH_ANNOTATION, Manifest, Owner, template_hash
@@ -249,7 +249,7 @@ def episode_pod(
         "volumes": volumes,
         **runtime_scheduling(profile),
     }
-    labels = {**spec.labels, **child_labels(owner)}  # ours win; reserved keys were refused at the API
+    labels = {**{f"{USER_LABEL_PREFIX}{k}": v for k, v in spec.labels.items()}, **child_labels(owner)}
     return {
         "apiVersion": "v1",
         "kind": "Pod",

@@ -325,6 +325,7 @@ def _observe_episode(
             ctx.policy.egress.static_hosts,
             ctx.resolver,
             allowed_private=ctx.policy.egress.allowed_private_networks,
+            denied=ctx.policy.egress.denied_networks,
         )
     except (ResolutionError, EgressError) as e:
         refusal = Refusal(

@@ -208,6 +208,7 @@ def _observe(
             ctx.policy.egress.static_hosts,
             ctx.resolver,
             allowed_private=ctx.policy.egress.allowed_private_networks,
+            denied=ctx.policy.egress.denied_networks,
         )
         egress_error = None
     except ResolutionError as e:

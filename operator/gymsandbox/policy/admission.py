@@ -118,10 +118,10 @@ def check_egress_count(spec: GymHostSpec, policy: ClusterPolicy) -> Refusal | No
 
 
 def check_egress_targets(spec: GymHostSpec, policy: ClusterPolicy) -> Refusal | None:
-    allowed_private = policy.egress.allowed_private_networks
+    allowed_private, denied = policy.egress.allowed_private_networks, policy.egress.denied_networks
     try:
         for target in egress_targets(spec.egress):
-            check_forbidden(target, allowed_private)
+            check_forbidden(target, allowed_private, denied=denied)
     except EgressError as exc:
         return Refusal(Reason.EGRESS_INVALID, str(exc))
     return None

@@ -187,12 +187,21 @@ class EgressPolicy(Model):
     allowed_private_cidrs: list[Annotated[str, AfterValidator(_private_cidr)]] = Field(
         default_factory=list, alias="allowedPrivateCIDRs"
     )
+    # Never reachable, even where allowedPrivateCIDRs opens them: the pod, service and node networks and the
+    # API server's addresses, say. Refused in entries, in resolved names and in IPv6 forms embedding them.
+    denied_cidrs: list[Annotated[str, AfterValidator(_cidr)]] = Field(
+        default_factory=list, alias="deniedCIDRs"
+    )
     # Admin-pinned answers consulted before DNS, like hostAliases. They are written into NetworkPolicies.
     static_hosts: dict[HostName, Addresses] = Field(default_factory=dict)
 
     @property
     def allowed_private_networks(self) -> list[IPNetwork]:
         return [parse_cidr(cidr) for cidr in self.allowed_private_cidrs]
+
+    @property
+    def denied_networks(self) -> list[IPNetwork]:
+        return [parse_cidr(cidr) for cidr in self.denied_cidrs]
 
 
 class ClusterPolicy(Model):

@@ -92,8 +92,12 @@ _ALWAYS_FORBIDDEN = [
     *_ranges("link-local", "", "fe80::/10"),
     *_ranges("multicast", "", "224.0.0.0/4", "ff00::/8"),
     *_ranges("reserved", "", "240.0.0.0/4"),
-    # Sockets reach ::ffff:a.b.c.d over IPv4, which would slip past the IPv4 ranges above.
+    # Sockets reach ::ffff:a.b.c.d over IPv4, which would slip past the IPv4 ranges above; the translated
+    # and the deprecated compatible forms are refused alike.
     *_ranges("IPv4-mapped", "; write the IPv4 address instead", "::ffff:0:0/96"),
+    *_ranges("IPv4-translated (SIIT)", "; write the IPv4 address instead", "::ffff:0:0:0/96"),
+    *_ranges("IPv4-compatible", " (deprecated); write the IPv4 address instead", "::/96"),
+    *_ranges("local-use NAT64", " (RFC 8215), which may translate to any IPv4 address", "64:ff9b:1::/48"),
 ]
 # Cluster-internal space: reachable only where an admin lists a CIDR in egress.allowedPrivateCIDRs.
 _PRIVATE = [
@@ -101,6 +105,43 @@ _PRIVATE = [
     *_ranges("shared (carrier-grade NAT)", " (RFC 6598)", "100.64.0.0/10"),
     *_ranges("unique local", " (RFC 4193)", "fc00::/7"),
 ]
+
+
+@dataclass(frozen=True)
+class _Embedding:
+    """An IPv6 prefix whose addresses stand for IPv4 ones: bits [offset, offset+32) carry the IPv4 address
+    (inverted where `inverted`), and a translator or tunnel on the path delivers the packet there."""
+
+    prefix: ipaddress.IPv6Network
+    offset: int
+    name: str
+    inverted: bool = False
+
+
+# The IPv6 forms a translator or relay delivers to an IPv4 address: an entry or answer in one of these is
+# checked as the IPv4 space it embeds, so [64:ff9b::a00:1]:443 is refused like 10.0.0.1:443 would be.
+_EMBEDDINGS = [
+    _Embedding(ipaddress.IPv6Network("64:ff9b::/96"), 96, "NAT64"),
+    _Embedding(ipaddress.IPv6Network("2002::/16"), 16, "6to4"),
+    _Embedding(ipaddress.IPv6Network("2001::/32"), 32, "Teredo (server)"),
+    _Embedding(ipaddress.IPv6Network("2001::/32"), 96, "Teredo (client)", inverted=True),
+]
+_ALL_IPV4 = ipaddress.IPv4Network("0.0.0.0/0")
+
+
+def _embedded_ipv4(network: IPNetwork, embedding: _Embedding) -> ipaddress.IPv4Network | None:
+    """The IPv4 space `network` reaches through `embedding`, or None when they do not overlap."""
+    if not isinstance(network, ipaddress.IPv6Network) or not network.overlaps(embedding.prefix):
+        return None
+    if network.prefixlen <= embedding.prefix.prefixlen:
+        return _ALL_IPV4  # the network holds the whole prefix
+    shift = 128 - embedding.offset - 32
+    value = (int(network.network_address) >> shift) & 0xFFFFFFFF
+    length = max(0, min(32, network.prefixlen - embedding.offset))
+    if embedding.inverted:
+        value ^= 0xFFFFFFFF
+    mask = (0xFFFFFFFF << (32 - length)) & 0xFFFFFFFF
+    return ipaddress.IPv4Network((value & mask, length))
 
 
 def parse_cidr(text: str) -> IPNetwork:
@@ -171,16 +212,22 @@ def _describe(network: IPNetwork) -> str:
     return str(address) if mapped is None else f"{address} (IPv4 {mapped})"
 
 
-def _forbidden(network: IPNetwork, allowed_private: Sequence[IPNetwork]) -> str | None:
+def _forbidden(
+    network: IPNetwork, allowed_private: Sequence[IPNetwork], denied: Sequence[IPNetwork] = ()
+) -> str | None:
     """Why a sandbox may not reach this network, as "<network> is in/overlaps ...", or None.
 
-    A CIDR is refused if any part of it is forbidden, so 0.0.0.0/0 or 0.0.0.0/1 cannot smuggle in 10.0.0.0/8.
+    A CIDR is refused if any part of it is forbidden, so 0.0.0.0/0 or 0.0.0.0/1 cannot smuggle in 10.0.0.0/8,
+    and IPv6 space that embeds IPv4 (NAT64, 6to4, Teredo and the like) is refused if what it embeds is.
     """
     what = _describe(network)
     relation = "is in" if network.prefixlen == network.max_prefixlen else "overlaps"
     for forbidden in _ALWAYS_FORBIDDEN:
         if _overlaps(network, forbidden.network):
             return f"{what} {relation} the {forbidden.label} range {forbidden.network}{forbidden.note}"
+    for deny in denied:
+        if _overlaps(network, deny):
+            return f"{what} {relation} {deny}, which the cluster policy denies (egress.deniedCIDRs)"
     for private in _PRIVATE:
         if _overlaps(network, private.network) and not any(
             network_within(network, a) for a in allowed_private
@@ -189,19 +236,27 @@ def _forbidden(network: IPNetwork, allowed_private: Sequence[IPNetwork]) -> str 
                 f"{what} {relation} the {private.label} range {private.network}{private.note}, which the"
                 " cluster policy does not open (egress.allowedPrivateCIDRs)"
             )
+    for embedding in _EMBEDDINGS:
+        embedded = _embedded_ipv4(network, embedding)
+        reason = embedded and _forbidden(embedded, allowed_private, denied)
+        if reason:
+            return f"{what} {relation} the {embedding.name} range {embedding.prefix}, and {reason}"
     return None
 
 
-def check_forbidden(target: EgressTarget, allowed_private: Sequence[IPNetwork]) -> None:
+def check_forbidden(
+    target: EgressTarget, allowed_private: Sequence[IPNetwork], *, denied: Sequence[IPNetwork] = ()
+) -> None:
     """Raise EgressError if an IP or CIDR target reaches forbidden space; DNS names are checked once resolved.
 
-    Loopback, link-local (with the metadata address), unspecified, multicast, reserved and IPv4-mapped space
-    is always refused; private space (RFC 1918, RFC 6598, fc00::/7) only where the target lies entirely inside
-    one of allowed_private.
+    Loopback, link-local (with the metadata address), unspecified, multicast, reserved, IPv4-mapped and
+    local-use NAT64 space is always refused, and so is every CIDR the admin denies; private space (RFC 1918,
+    RFC 6598, fc00::/7) only where the target lies entirely inside one of allowed_private. IPv6 that embeds
+    IPv4 (NAT64, SIIT, IPv4-compatible, 6to4, Teredo) is checked as the IPv4 space it embeds.
     """
     if target.network is None:
         return
-    reason = _forbidden(target.network, allowed_private)
+    reason = _forbidden(target.network, allowed_private, denied)
     if reason is not None:
         raise EgressError(target.entry, reason)
 
@@ -337,6 +392,7 @@ def resolve(
     resolver: Resolver = system_resolver,
     *,
     allowed_private: Sequence[IPNetwork] = (),
+    denied: Sequence[IPNetwork] = (),
 ) -> list[ResolvedTarget]:
     """Turn targets into CIDRs: IPs and CIDRs as written, names from static_hosts first, else the resolver.
 
@@ -346,7 +402,7 @@ def resolve(
     cache: dict[str, list[IPNetwork]] = {}
     resolved = []
     for target in targets:
-        check_forbidden(target, allowed_private)
+        check_forbidden(target, allowed_private, denied=denied)
         if target.network is not None:
             networks = [target.network]
         else:
@@ -354,7 +410,7 @@ def resolve(
                 cache[target.host] = _lookup(target.host, static_hosts, resolver)
             networks = cache[target.host]
             for network in networks:
-                reason = _forbidden(network, allowed_private)
+                reason = _forbidden(network, allowed_private, denied)
                 if reason is not None:
                     raise EgressError(target.entry, f"{target.host} resolves to {reason}")
         unique = sorted(set(networks), key=lambda n: (n.version, n.network_address.packed, n.prefixlen))

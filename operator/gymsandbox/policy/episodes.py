@@ -101,7 +101,8 @@ def check_egress(request: EpisodeRequest) -> Refusal | None:
     for entry in request.spec.egress.allow:
         try:
             target = parse_allow_entry(entry)
-            check_forbidden(target, request.policy.egress.allowed_private_networks)
+            egress = request.policy.egress
+            check_forbidden(target, egress.allowed_private_networks, denied=egress.denied_networks)
         except EgressError as e:
             return Refusal(Reason.EGRESS_INVALID, str(e))
         if not covered(target, host_targets):
