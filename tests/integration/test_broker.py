@@ -165,13 +165,13 @@ def test_an_operate_lease_cannot_close_and_needs_its_rollout(
             core.read_namespaced_secret(SIGNING_KEY_SECRET, OPERATOR_NAMESPACE)
         )
     )
-    operate = issue(operate_claims(peek(owner), "r-9", peek(owner).expires_at), key)
-    closing = http.delete(f"/v1/episodes/{episode_id}", headers=auth(operate, **{"X-Rollout-Id": "r-9"}))
+    operate = issue(operate_claims(peek(owner), peek(owner).expires_at), key)
+    closing = http.delete(f"/v1/episodes/{episode_id}", headers=auth(operate, **{"X-Rollout-Id": "r-1"}))
     assert (closing.status_code, closing.json()["code"]) == (403, "forbidden")
-    wrong_rollout = http.get(f"/v1/episodes/{episode_id}", headers=auth(operate, **{"X-Rollout-Id": "r-1"}))
+    wrong_rollout = http.get(f"/v1/episodes/{episode_id}", headers=auth(operate, **{"X-Rollout-Id": "r-9"}))
     assert (wrong_rollout.status_code, wrong_rollout.json()["code"]) == (403, "forbidden")
     assert (
-        http.get(f"/v1/episodes/{episode_id}", headers=auth(operate, **{"X-Rollout-Id": "r-9"})).status_code
+        http.get(f"/v1/episodes/{episode_id}", headers=auth(operate, **{"X-Rollout-Id": "r-1"})).status_code
         == 200
     )
     assert http.delete(f"/v1/episodes/{episode_id}", headers=auth(owner)).status_code == 200
@@ -230,15 +230,11 @@ def test_a_granted_operate_lease_uses_but_cannot_close_and_renewal_moves_expiry(
     episode_id = created.json()["id"]
     episodes = Episodes(api_client, namespace)
     episodes.wait_ready(episode_id)
-    grant = http.post(
-        f"/v1/episodes/{episode_id}/leases",
-        json={"rolloutId": "r-5", "ttlSeconds": 60},
-        headers=auth(host_token),
-    )
+    grant = http.post(f"/v1/episodes/{episode_id}/leases", json={"ttlSeconds": 60}, headers=auth(host_token))
     assert grant.status_code == 201, grant.text
     lease = grant.json()
-    assert (lease["scope"], lease["rolloutId"]) == ("operate", "r-5")
-    operate = auth(lease["token"], **{"X-Rollout-Id": "r-5"})
+    assert (lease["scope"], lease["rolloutId"]) == ("operate", "r-1")
+    operate = auth(lease["token"], **{"X-Rollout-Id": "r-1"})
     assert http.get(f"/v1/episodes/{episode_id}", headers=operate).status_code == 200
     regrant = http.post(f"/v1/episodes/{episode_id}/leases", json={"rolloutId": "r-6"}, headers=operate)
     assert (regrant.status_code, regrant.json()["code"]) == (403, "forbidden")

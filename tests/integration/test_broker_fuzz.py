@@ -328,7 +328,7 @@ def probe_cases(run: Run, operation: APIOperation) -> list[tuple[str, Case]]:
     if operation.path.endswith("/exec"):
         body = {"body": {"argv": ["true"]}, "media_type": "application/json"}
     elif operation.path.endswith("/leases"):
-        body = {"body": {"rolloutId": "r-2"}, "media_type": "application/json"}
+        body = {"body": {"rolloutId": "r-1"}, "media_type": "application/json"}
     elif operation.path.endswith("/renew"):
         body = {"body": {"ttlSeconds": 600}, "media_type": "application/json"}
     elif operation.method.upper() == "PUT":

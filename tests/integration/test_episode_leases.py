@@ -81,12 +81,12 @@ def test_operate_lease_can_use_but_not_destroy(
     episodes, name = live_episode
     live = episodes.get(name) or {}
     owner = verify_live(owner_token(core, namespace), key, live, scopes=DESTROY, now=now())
-    operate = issue(operate_claims(owner, "rollout-9", owner.expires_at), key)
+    operate = issue(operate_claims(owner, owner.expires_at), key)
     assert (
-        verify_live(operate, key, live, scopes=USE, rollout_id="rollout-9", now=now()).scope == Scope.OPERATE
+        verify_live(operate, key, live, scopes=USE, rollout_id="rollout-7", now=now()).scope == Scope.OPERATE
     )
     assert refused(operate, key, live, scopes=DESTROY) == "wrong_scope"
-    assert refused(operate, key, live, scopes=USE, rollout_id="rollout-1") == "wrong_rollout"
+    assert refused(operate, key, live, scopes=USE, rollout_id="rollout-9") == "wrong_rollout"
 
 
 def test_tampered_and_expired_tokens_are_refused(

@@ -146,7 +146,7 @@ def test_exec_lease_and_renew_send_camel_case_bodies() -> None:
         result = client.exec(
             "ep-1", shell="echo hi", env={"A": "1"}, workdir="/w", timeout_seconds=5, max_output_bytes=10
         )
-        lease = client.grant_lease("ep-1", "r-5", ttl_seconds=60)
+        lease = client.grant_lease("ep-1", ttl_seconds=60)
         renewed = client.renew("ep-1", 900)
     assert result == ExecResult(
         exit_code=0, stdout="hi\n", stderr="", truncated=False, timed_out=False, duration_seconds=0.01
@@ -165,7 +165,7 @@ def test_exec_lease_and_renew_send_camel_case_bodies() -> None:
         "timeoutSeconds": 5,
         "maxOutputBytes": 10,
     }
-    assert script.body(1) == {"rolloutId": "r-5", "ttlSeconds": 60}
+    assert script.body(1) == {"ttlSeconds": 60}
     assert script.body(2) == {"ttlSeconds": 900}
 
 
@@ -348,7 +348,7 @@ IDEMPOTENT_CALLS: dict[str, Callable[[BrokerClient], object]] = {
 }
 NEVER_RETRIED: dict[str, Callable[[BrokerClient], object]] = {
     "exec": lambda c: c.exec("ep-1", ["true"]),
-    "grant-lease": lambda c: c.grant_lease("ep-1", "r-5"),
+    "grant-lease": lambda c: c.grant_lease("ep-1"),
     "renew": lambda c: c.renew("ep-1", 600),
 }
 HEALTHY = {"status": "ok", "protocol": "v1"}

@@ -206,7 +206,7 @@ def test_token_for_recreated_object_is_refused() -> None:
 
 
 def test_operate_token_cannot_destroy() -> None:
-    operate = operate_claims(OWNER, "rollout-1", EXPIRES)
+    operate = operate_claims(OWNER, EXPIRES)
     assert _code(issue(operate, KEY), scopes={Scope.OWNER}) == "wrong_scope"
 
 
@@ -332,7 +332,7 @@ def test_peek_refuses_junk_as_malformed(token: str) -> None:
 
 
 def test_operate_claims_are_operate_scope_for_the_same_object() -> None:
-    operate = operate_claims(OWNER, "rollout-9", EXPIRES - 60)
+    operate = operate_claims(OWNER, EXPIRES - 60)
     assert (operate.kind, operate.namespace, operate.name, operate.uid) == (
         "EpisodeSandbox",
         "evals",
@@ -341,34 +341,34 @@ def test_operate_claims_are_operate_scope_for_the_same_object() -> None:
     )
     assert (operate.scope, operate.rollout_id, operate.expires_at) == (
         Scope.OPERATE,
-        "rollout-9",
+        OWNER.rollout_id,
         EXPIRES - 60,
     )
 
 
 def test_operate_claims_never_outlive_the_owner() -> None:
-    assert operate_claims(OWNER, "rollout-1", EXPIRES + 10**6).expires_at == EXPIRES
+    assert operate_claims(OWNER, EXPIRES + 10**6).expires_at == EXPIRES
 
 
 def test_operate_claims_get_a_fresh_token_id() -> None:
-    assert operate_claims(OWNER, "rollout-1", EXPIRES).token_id != OWNER.token_id
+    assert operate_claims(OWNER, EXPIRES).token_id != OWNER.token_id
 
 
 def test_operate_claims_refused_from_an_operate_lease() -> None:
-    operate = operate_claims(OWNER, "rollout-1", EXPIRES)
+    operate = operate_claims(OWNER, EXPIRES)
     with pytest.raises(TokenError) as refused:
-        operate_claims(operate, "rollout-1", EXPIRES)
+        operate_claims(operate, EXPIRES)
     assert refused.value.code == "wrong_scope"
 
 
 def test_operate_claims_refused_from_a_host_lease() -> None:
     with pytest.raises(TokenError) as refused:
-        operate_claims(HOST, "rollout-1", EXPIRES)
+        operate_claims(HOST, EXPIRES)
     assert refused.value.code == "wrong_scope"
 
 
 def test_operate_token_verifies_for_operate_scope_and_its_rollout() -> None:
-    operate = operate_claims(OWNER, "rollout-1", EXPIRES)
+    operate = operate_claims(OWNER, EXPIRES)
     assert _verify_episode(issue(operate, KEY), scopes={Scope.OPERATE}, rollout_id="rollout-1") == operate
 
 

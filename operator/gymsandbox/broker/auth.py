@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from gymsandbox.broker.errors import BrokerError
 from gymsandbox.desired.owner import Manifest
-from gymsandbox.leases import Claims, Scope, SigningKey, TokenError, peek, verify_live
+from gymsandbox.leases import Claims, Scope, SigningKey, TokenError, verify_live, verify_signature
 
 EVERY_SCOPE = frozenset(Scope)
 
@@ -57,15 +57,13 @@ def authenticate(header: str | None, objects: LiveObjects, key: SigningKey) -> C
     """Verify the token against the live object it claims to be for; every failure is 401 `unauthorized`."""
     token = bearer_token(header)
     try:
-        unverified = peek(token)  # only to know which object to read; verify_live checks everything
-        getter = objects.get_host if unverified.kind == "GymHost" else objects.get_episode
-        live = getter(unverified.namespace, unverified.name)
+        signed = verify_signature(token, key)  # before any lookup: no existence oracle for forged tokens
+        getter = objects.get_host if signed.kind == "GymHost" else objects.get_episode
+        live = getter(signed.namespace, signed.name)
         if live is None:
-            raise TokenError(
-                "stale_object", f"the {unverified.kind} this token was issued for no longer exists"
-            )
+            raise TokenError("stale_object", f"the {signed.kind} this token was issued for no longer exists")
         claims = verify_live(
-            token, key, {**live, "kind": unverified.kind}, scopes=EVERY_SCOPE, now=int(time.time())
+            token, key, {**live, "kind": signed.kind}, scopes=EVERY_SCOPE, now=int(time.time())
         )
     except TokenError as e:
         raise BrokerError("unauthorized", f"invalid lease token: {e.message}", cause=e.code) from None
@@ -97,3 +95,5 @@ def authorize_episode(
             )
         if rollout_id != claims.rollout_id:
             raise BrokerError("forbidden", "an operate lease is bound to its rollout: send X-Rollout-Id")
+        if claims.rollout_id != (episode.get("spec") or {}).get("rolloutId"):
+            raise BrokerError("forbidden", "this operate lease is not bound to the episode's own rollout")

@@ -98,9 +98,10 @@ class ExecResult(Model):
 
 
 class LeaseRequest(Model):
-    """An `operate` lease for a co-worker: it may use the episode (exec, files) under its own rollout id."""
+    """An `operate` lease for a co-worker: it may use the episode (exec, files), sending the episode's own
+    rollout id. `rolloutId`, when given, must be that id."""
 
-    rollout_id: str = Field(pattern=ROLLOUT_ID_PATTERN, min_length=1, max_length=253)
+    rollout_id: str | None = Field(None, pattern=ROLLOUT_ID_PATTERN, min_length=1, max_length=253)
     ttl_seconds: int = Field(600, ge=1, le=86_400, alias="ttlSeconds")
 
 

@@ -281,11 +281,17 @@ class BrokerService:
             raise BrokerError(
                 "conflict", f"episode {episode_id} is not admitted yet; leases start at admission"
             )
-        claims = operate_claims(owner, body.rollout_id, int(time.time()) + body.ttl_seconds)
+        if body.rollout_id is not None and body.rollout_id != owner.rollout_id:
+            raise BrokerError(
+                "invalid_request",
+                f"episode {episode_id} serves rollout {owner.rollout_id}: an operate lease is bound to the"
+                " episode's own rollout",
+            )
+        claims = operate_claims(owner, int(time.time()) + body.ttl_seconds)
         return LeaseGrant(
             token=issue(claims, self.state.key),
             scope=claims.scope.value,
-            rollout_id=body.rollout_id,
+            rollout_id=str(claims.rollout_id),
             expires_at=claims.expires_at,
         )
 

@@ -220,8 +220,11 @@ class BrokerClient:
         """The directory as a tar (members relative to it, `./...`)."""
         return self._call("GET", f"{_episode(episode_id)}/directories/{_path(path)}").content
 
-    def grant_lease(self, episode_id: str, rollout_id: str, ttl_seconds: int = 600) -> LeaseGrant:
-        """An `operate` lease for a co-worker under `rollout_id`. Never retried."""
+    def grant_lease(
+        self, episode_id: str, ttl_seconds: int = 600, *, rollout_id: str | None = None
+    ) -> LeaseGrant:
+        """An `operate` lease for a co-worker, bound to the episode's own rollout (`rollout_id`, when
+        given, must be it). Never retried."""
         body = _build(LeaseRequest, {"rollout_id": rollout_id, "ttl_seconds": ttl_seconds})
         return _parse(self._call("POST", f"{_episode(episode_id)}/leases", json=body.wire()), LeaseGrant)
 

@@ -24,6 +24,7 @@ from gymsandbox.leases.tokens import (
     peek,
     verify,
     verify_live,
+    verify_signature,
 )
 
 __all__ = [
@@ -46,4 +47,5 @@ __all__ = [
     "signing_key_secret",
     "verify",
     "verify_live",
+    "verify_signature",
 ]

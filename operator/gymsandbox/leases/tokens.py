@@ -297,11 +297,7 @@ def verify(
     recreated), ``expired`` (``now >= expires_at``), ``wrong_scope`` (scope not in ``scopes``) and
     ``wrong_rollout`` (only when ``rollout_id`` is given and differs from the claim).
     """
-    payload_b64, signature = _split(token)
-    expected = key._mac(_signing_input(payload_b64))
-    if not hmac.compare_digest(expected, signature):
-        raise TokenError("bad_signature", "token signature is not valid")
-    claims = _claims_from_payload(payload_b64)
+    claims = verify_signature(token, key)
     if (claims.kind, claims.namespace, claims.name) != (kind, namespace, name):
         raise TokenError("wrong_object", f"token was not issued for this {kind}")
     if claims.uid != live_uid:
@@ -316,6 +312,16 @@ def verify(
     if rollout_id is not None and claims.rollout_id != rollout_id:
         raise TokenError("wrong_rollout", "token is bound to a different rollout")
     return claims
+
+
+def verify_signature(token: str, key: SigningKey) -> Claims:
+    """The claims of a token signed with ``key``: shape (``malformed``), then the signature
+    (``bad_signature``). Nothing about any object is checked yet: a caller looks up the object these claims
+    name only now, so a forged token learns nothing about which objects exist."""
+    payload_b64, signature = _split(token)
+    if not hmac.compare_digest(key._mac(_signing_input(payload_b64)), signature):
+        raise TokenError("bad_signature", "token signature is not valid")
+    return _claims_from_payload(payload_b64)
 
 
 def verify_live(
@@ -359,19 +365,15 @@ def peek(token: str) -> Claims:
     return _claims_from_payload(payload_b64)
 
 
-def operate_claims(owner: Claims, rollout_id: str, expires_at: int) -> Claims:
+def operate_claims(owner: Claims, expires_at: int) -> Claims:
     """Derive an ``operate`` lease from a verified ``owner`` lease of the same episode.
 
-    The result never outlives the owner lease (its expiry is clamped) and has a fresh token id.
-    Raises TokenError("wrong_scope") if ``owner`` is not an owner lease, ValueError on an empty
-    rollout id or a negative expiry.
+    The result is bound to the owner's rollout (the episode's own), never outlives the owner lease (its
+    expiry is clamped) and has a fresh token id. Raises TokenError("wrong_scope") if ``owner`` is not an
+    owner lease, ValueError on a negative expiry.
     """
     if owner.scope is not Scope.OWNER:
         raise TokenError("wrong_scope", "only an owner lease can grant an operate lease")
     return replace(
-        owner,
-        scope=Scope.OPERATE,
-        rollout_id=rollout_id,
-        expires_at=min(expires_at, owner.expires_at),
-        token_id=new_token_id(),
+        owner, scope=Scope.OPERATE, expires_at=min(expires_at, owner.expires_at), token_id=new_token_id()
     )
