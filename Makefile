@@ -8,7 +8,8 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 CLUSTER := $(PY) hack/cluster.py
 
-.PHONY: help venv binaries cluster-up cluster-down lint unit integration node chaos test run crds bench bench-broker \
+.PHONY: help venv binaries cluster-up cluster-down lint unit integration node security chaos test run crds \
+	bench bench-broker \
 	image kind-e2e
 
 help: ## list targets
@@ -56,8 +57,11 @@ node: venv binaries ## node tier: real containers on the real node (GYMSANDBOX_R
 chaos: venv binaries ## chaos tier: stalls, kills and restarts of the control plane and the operator
 	$(VENV)/bin/pytest tests/chaos
 
-test: venv binaries lint ## everything CI runs: lint, unit, integration, node and (last) chaos tests
-	$(VENV)/bin/pytest tests/unit tests/integration tests/node tests/chaos
+security: venv binaries ## security tier: the threat model's attacks (docs/security.md)
+	$(VENV)/bin/pytest tests/security
+
+test: venv binaries lint ## everything CI runs: lint, unit, integration, node, security and (last) chaos tests
+	$(VENV)/bin/pytest tests/unit tests/integration tests/node tests/security tests/chaos
 
 run: venv binaries ## the main job: the operator (and the sample GymHost) on KUBECONFIG's cluster, or a local one
 	hack/run.sh

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any, cast
 
 import kopf
 from kubernetes import client, config
@@ -35,13 +39,29 @@ def api_client() -> client.ApiClient:
     return client.ApiClient(configuration)
 
 
+class DigestDiffBaseStorage(kopf.AnnotationsDiffBaseStorage):
+    """kopf's last-handled configuration as digests: `{"spec": {"sha256": ...}, "metadata": {"sha256": ...}}`.
+
+    The handlers only need to know that the spec changed (on.update(field="spec")), never how, and a copy of
+    a spec in an annotation fails for any spec over the API server's 256 KiB limit on annotations: such an
+    object could never be marked handled, and would be handled again on every event."""
+
+    def build(self, *, body: kopf.Body, extra_fields: Iterable[Any] | None = None) -> kopf.BodyEssence:
+        essence = super().build(body=body, extra_fields=extra_fields)
+        return cast(kopf.BodyEssence, {key: {"sha256": digest(value)} for key, value in essence.items()})
+
+
+def digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
 def operator_settings() -> kopf.OperatorSettings:
     settings = kopf.OperatorSettings()
     settings.persistence.finalizer = FINALIZER
     # Progress and the last-handled spec live in our own annotations, not in status (our status schema
     # is structural and owned by the models).
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+    settings.persistence.diffbase_storage = DigestDiffBaseStorage(
         prefix=GROUP, key="last-handled-configuration"
     )
     # Handlers post events on purpose (refusals, failures, Ready); routine handler logs stay logs.

@@ -23,6 +23,8 @@ from tests.cluster_fixtures import SHARED_PREFIX, Cluster, cluster_script
 from tests.integration.gymhosts import Hosts, apply, eventually, sample
 from tests.namespaces import restricted_namespace
 
+from gymsandbox.policy.cluster import USABLE_BY_LABEL
+
 node_script: Any = cluster_script.node_script()  # type: ignore[attr-defined]
 SHELL_IMAGE = node_script.SHELL_IMAGE
 REAL_NODE_SELECTOR = f"{node_script.REAL_NODE_LABEL}=true"
@@ -122,7 +124,7 @@ def make_volume(cluster: Cluster, namespace: str, node: str, directory: Path) ->
     claim = {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
-        "metadata": {"name": "gym-storage"},
+        "metadata": {"name": "gym-storage", "labels": {USABLE_BY_LABEL: "gymhosts"}},
         "spec": {
             "accessModes": ["ReadWriteOnce"],
             "storageClassName": "",

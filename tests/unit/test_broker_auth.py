@@ -108,6 +108,12 @@ def test_an_operate_lease_is_refused_off_the_episodes_rollout(
     assert refused.value.code == "forbidden"
 
 
+def test_an_operate_lease_of_an_earlier_epoch_is_revoked() -> None:
+    revoked = {**episode("r-1"), "status": {"operateLeases": {"epoch": 1, "granted": 0}}}
+    with pytest.raises(BrokerError, match="this operate lease was revoked"):
+        authorize_episode(operate_caller("r-1"), revoked, destroy=False, rollout_id="r-1")
+
+
 def test_an_operate_lease_cannot_destroy() -> None:
     with pytest.raises(BrokerError, match="not close it or grant leases"):
         authorize_episode(operate_caller("r-1"), episode("r-1"), destroy=True, rollout_id="r-1")

@@ -10,7 +10,7 @@ import pytest
 
 from gymsandbox.api.episode import EpisodeSandboxSpec
 from gymsandbox.api.gymhost import GymHostSpec
-from gymsandbox.api.names import LABEL_COMPONENT, LABEL_EPISODE, LABEL_MANAGED_BY
+from gymsandbox.api.names import LABEL_COMPONENT, LABEL_EPISODE, LABEL_HOST, LABEL_MANAGED_BY
 from gymsandbox.desired.labels import child_labels, selector
 from gymsandbox.desired.names import child_name
 from gymsandbox.desired.networkpolicy import (
@@ -85,8 +85,10 @@ def kata(policy: ClusterPolicy) -> RuntimeProfile:
     return policy.runtime_profiles["kata"]
 
 
-def build(profile: RuntimeProfile, episode: EpisodeSandboxSpec | None = None) -> dict[str, Any]:
-    return episode_pod(OWNER, episode or spec(), HOST, profile)
+def build(
+    profile: RuntimeProfile, episode: EpisodeSandboxSpec | None = None, deadline: int = 1800
+) -> dict[str, Any]:
+    return episode_pod(OWNER, episode or spec(), HOST, profile, deadline)
 
 
 def pod_spec(profile: RuntimeProfile, episode: EpisodeSandboxSpec | None = None) -> dict[str, Any]:
@@ -127,10 +129,22 @@ def test_user_labels_reach_the_pod_only_under_the_user_prefix(kata: RuntimeProfi
     labels = build(kata)["metadata"]["labels"]
     assert labels == {
         **child_labels(OWNER),
+        LABEL_HOST: spec().host_ref.name,
         "user.gymsandbox.dev/team": "rl",
         "user.gymsandbox.dev/app": "gymsandbox-broker",
         "user.gymsandbox.dev/component": "x",
     }
+
+
+def test_the_pod_carries_its_own_deadline_outside_its_template(kata: RuntimeProfile) -> None:
+    """The kubelet ends it even if the operator never does; a later deadline is not a template change."""
+    first, later = build(kata, deadline=1800), build(kata, deadline=1799)
+    assert (first["spec"]["activeDeadlineSeconds"], later["spec"]["activeDeadlineSeconds"]) == (1800, 1799)
+    assert first["metadata"]["annotations"] == later["metadata"]["annotations"]
+
+
+def test_the_pod_is_labelled_with_its_host(kata: RuntimeProfile) -> None:
+    assert build(kata)["metadata"]["labels"][LABEL_HOST] == spec().host_ref.name
 
 
 def test_operator_labels_are_the_pods_own(kata: RuntimeProfile) -> None:
@@ -141,9 +155,10 @@ def test_operator_labels_are_the_pods_own(kata: RuntimeProfile) -> None:
     assert labels[LABEL_EPISODE] == "ep-0001"
 
 
-def test_pod_carries_the_template_hash_of_its_spec(kata: RuntimeProfile) -> None:
+def test_pod_carries_the_template_hash_of_its_spec_without_the_deadline(kata: RuntimeProfile) -> None:
     pod = build(kata)
-    assert pod["metadata"]["annotations"][TEMPLATE_HASH_ANNOTATION] == template_hash(pod["spec"])
+    template = {k: v for k, v in pod["spec"].items() if k != "activeDeadlineSeconds"}
+    assert pod["metadata"]["annotations"][TEMPLATE_HASH_ANNOTATION] == template_hash(template)
 
 
 # --- security -------------------------------------------------------------------------------------

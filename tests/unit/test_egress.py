@@ -5,12 +5,15 @@ from __future__ import annotations
 import ipaddress
 import re
 import socket
+import threading
+import time
 from collections.abc import Sequence
 
 import pytest
 
 from gymsandbox.api.gymhost import Egress
 from gymsandbox.policy.egress import (
+    BoundedResolver,
     EgressError,
     EgressTarget,
     IPNetwork,
@@ -549,3 +552,32 @@ def test_system_resolver_asks_for_the_absolute_name(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(socket, "getaddrinfo", fake_getaddrinfo)
     assert system_resolver("api.example.com") == ["203.0.113.1"]
     assert asked == ["api.example.com."]
+
+
+# --- BoundedResolver -----------------------------------------------------------------------------------
+
+
+def test_a_lookup_that_never_answers_fails_in_time_and_frees_no_caller_thread() -> None:
+    answer = threading.Event()
+
+    def never_answers(host: str) -> list[str]:
+        answer.wait(30)
+        return []
+
+    stuck = BoundedResolver(never_answers, threads=1, timeout=0.2)
+    started = time.monotonic()
+    with pytest.raises(ResolutionError, match=re.escape("no answer within 0.2 s")):
+        resolve([parse_allow_entry("hangs.example.com:443")], {}, stuck)
+    assert time.monotonic() - started < 2
+    # Its one thread still waits: the next lookup is refused at once, not queued behind it.
+    started = time.monotonic()
+    with pytest.raises(ResolutionError, match="every resolver thread is waiting"):
+        resolve([parse_allow_entry("next.example.com:443")], {}, stuck)
+    assert time.monotonic() - started < 0.1
+    answer.set()
+
+
+def test_a_bounded_resolver_answers_like_the_one_it_wraps() -> None:
+    bounded = BoundedResolver(FakeResolver({"api.example.com": ["203.0.113.7"]}), threads=2, timeout=5)
+    [target] = resolve([parse_allow_entry("api.example.com:443")], {}, bounded)
+    assert target.cidrs == ("203.0.113.7/32",)

@@ -54,20 +54,28 @@ def kube(text: str | None) -> Kube:
 
 
 def test_log_tail_redacts_the_owner_token() -> None:
-    tail = logs_tail(kube(f"starting\nGYMSANDBOX_LEASE_TOKEN={TOKEN}\ncrashed"), POD, "gym", TOKEN)
+    tail = logs_tail(kube(f"starting\nGYMSANDBOX_LEASE_TOKEN={TOKEN}\ncrashed"), POD, "gym", (TOKEN,))
     assert tail is not None
     assert TOKEN not in tail
     assert REDACTED in tail
 
 
 def test_log_tail_falls_back_to_the_termination_message_and_redacts_it_too() -> None:
-    tail = logs_tail(kube(None), POD, "gym", TOKEN)
+    tail = logs_tail(kube(None), POD, "gym", (TOKEN,))
     assert tail == f"env: TOKEN={REDACTED}\nboom"
+
+
+def test_log_tail_redacts_secret_values_and_any_lease_token() -> None:
+    """Values of the host's envFrom Secrets, and tokens of other runs it may have got hold of."""
+    other_run = "gs1.eyJvdGhlciI6InJ1biJ9.b3RoZXJzaWduYXR1cmU"
+    text = f"OPENAI_API_KEY=sk-live-123456\nstolen {other_run} here\nshort=ab"
+    tail = logs_tail(kube(text), POD, "gym", ("sk-live-123456", TOKEN))
+    assert tail == f"OPENAI_API_KEY={REDACTED}\nstolen {REDACTED} here\nshort=ab"
 
 
 def test_log_tail_keeps_only_the_last_lines() -> None:
     text = "\n".join(f"line {i}" for i in range(100))
-    tail = logs_tail(kube(text), POD, "gym", None)
+    tail = logs_tail(kube(text), POD, "gym", ())
     assert tail is not None
     assert tail.splitlines() == [f"line {i}" for i in range(100 - LOG_TAIL_LINES, 100)]
 
@@ -75,8 +83,8 @@ def test_log_tail_keeps_only_the_last_lines() -> None:
 def test_failure_fields_carry_a_tail_only_for_workload_crashes() -> None:
     crash = PodFailure(FailureKind.WORKLOAD, Reason.CRASH_LOOP_BACK_OFF, "keeps crashing", "gym")
     pull = PodFailure(FailureKind.INFRASTRUCTURE, Reason.IMAGE_PULL_BACK_OFF, "cannot pull", "gym")
-    with_tail: dict[str, Any] | None = failure_fields(kube("boom"), crash, POD, "gym", TOKEN)
-    without: dict[str, Any] | None = failure_fields(kube("boom"), pull, POD, "gym", TOKEN)
+    with_tail: dict[str, Any] | None = failure_fields(kube("boom"), crash, POD, "gym", (TOKEN,))
+    without: dict[str, Any] | None = failure_fields(kube("boom"), pull, POD, "gym", (TOKEN,))
     assert with_tail == {
         "kind": "Workload",
         "reason": "CrashLoopBackOff",

@@ -20,6 +20,7 @@ from gymsandbox.leases.tokens import (
     SigningKey,
     TokenError,
     issue,
+    lease_epoch,
     operate_claims,
     peek,
     verify,
@@ -459,3 +460,11 @@ def test_token_error_repr_shows_code_and_message() -> None:
 def test_token_error_survives_pickling() -> None:
     error = pickle.loads(pickle.dumps(TokenError("wrong_scope", "no")))  # noqa: S301 - our own bytes
     assert (error.code, error.message) == ("wrong_scope", "no")
+
+
+def test_operate_claims_carry_their_revocation_epoch() -> None:
+    assert lease_epoch(operate_claims(OWNER, EXPIRES)) == 0
+    assert lease_epoch(operate_claims(OWNER, EXPIRES, epoch=7)) == 7
+    assert lease_epoch(operate_claims(OWNER, EXPIRES, epoch=2**32 - 1)) == 2**32 - 1
+    with pytest.raises(ValueError, match="epoch"):
+        operate_claims(OWNER, EXPIRES, epoch=2**32)

@@ -213,3 +213,13 @@ def test_queued_count_equals_the_number_of_positions() -> None:
     episodes = [waiting(f"w{i}", created=-i) for i in range(7)]
     plan = plan_queue(episodes, 3, NOW)
     assert plan.queued == len(plan.positions) == 4
+
+
+def test_pods_lingering_without_an_open_episode_hold_slots() -> None:
+    """A deleted episode's pod still running (a foreign finalizer, --cascade=orphan) is not a free slot."""
+    episodes = [holding("a"), EpisodeSlot(name="b", created=at(-500), admitted=True, closing=True)]
+    episodes += [waiting("c", created=-30), waiting("d", created=-20)]
+    plan = plan_queue(episodes, 3, NOW, lingering=1)
+    assert (plan.admit, plan.positions) == (["c"], {"d": 1})
+    assert plan_queue(episodes, 3, NOW, lingering=0).admit == ["c", "d"]
+    assert plan_queue(episodes, 1, NOW, lingering=2).admit == []

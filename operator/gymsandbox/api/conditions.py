@@ -28,6 +28,8 @@ class Reason(StrEnum):
     EGRESS_INVALID = "EgressInvalid"
     EPISODES_OVER_CAP = "EpisodesOverCap"
     CHILD_CONFLICT = "ChildConflict"  # a child's name is taken by an object this one does not control
+    SECRET_NOT_ALLOWED = "SecretNotAllowed"  # noqa: S105 - envFrom names a Secret hosts may not use
+    CLAIM_NOT_ALLOWED = "ClaimNotAllowed"  # a claim the policy does not let hosts mount
     # Admitted (EpisodeSandbox)
     ADMITTED = "Admitted"
     QUEUED_CONCURRENCY_LIMIT = "QueuedConcurrencyLimit"

@@ -182,6 +182,15 @@ class EpisodeSandboxSpec(Model):
         return self
 
 
+class OperateLeases(Model):
+    """The broker's record of the operate leases it granted for this episode (status: no user writes it)."""
+
+    epoch: int = Field(
+        0, ge=0, le=4_294_967_295, description="Leases granted before the last revocation are refused."
+    )
+    granted: int = Field(0, ge=0, description="Operate leases granted since the last revocation.")
+
+
 class EpisodeSandboxStatus(Model):
     """Observed state. Ready is the summary; Admitted says whether the episode holds a slot or waits."""
 
@@ -197,4 +206,5 @@ class EpisodeSandboxStatus(Model):
     pod_name: str | None = Field(None, description="The sandbox pod.")
     pod_ip: str | None = Field(None, alias="podIP", description="The sandbox pod's IP.")
     lease_secret_name: str | None = Field(None, description="Secret holding the owner lease token.")
+    operate_leases: OperateLeases | None = Field(None, description="Operate leases the broker granted.")
     failure: Failure | None = Field(None, description="Why the episode cannot become Ready, classified.")

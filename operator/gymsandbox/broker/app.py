@@ -25,6 +25,7 @@ from gymsandbox.broker.models import (
     Health,
     LeaseGrant,
     LeaseRequest,
+    LeaseRevocation,
     RenewRequest,
 )
 from gymsandbox.broker.service import BrokerService, BrokerState
@@ -100,6 +101,13 @@ async def grant_lease(
     request: Request, episode_id: str, body: LeaseRequest, authorization: Authorization = None
 ) -> LeaseGrant:
     return await service(request).grant_lease(authorization, episode_id, body)
+
+
+@router.delete("/v1/episodes/{episode_id}/leases")
+async def revoke_leases(
+    request: Request, episode_id: str, authorization: Authorization = None
+) -> LeaseRevocation:
+    return await service(request).revoke_leases(authorization, episode_id)
 
 
 @router.post("/v1/episodes/{episode_id}/renew")

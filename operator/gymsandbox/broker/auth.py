@@ -14,7 +14,15 @@ from typing import Any, Protocol
 
 from gymsandbox.broker.errors import BrokerError
 from gymsandbox.desired.owner import Manifest
-from gymsandbox.leases import Claims, Scope, SigningKey, TokenError, verify_live, verify_signature
+from gymsandbox.leases import (
+    Claims,
+    Scope,
+    SigningKey,
+    TokenError,
+    lease_epoch,
+    verify_live,
+    verify_signature,
+)
 
 EVERY_SCOPE = frozenset(Scope)
 
@@ -97,3 +105,11 @@ def authorize_episode(
             raise BrokerError("forbidden", "an operate lease is bound to its rollout: send X-Rollout-Id")
         if claims.rollout_id != (episode.get("spec") or {}).get("rolloutId"):
             raise BrokerError("forbidden", "this operate lease is not bound to the episode's own rollout")
+        if lease_epoch(claims) != operate_leases(episode)[0]:
+            raise BrokerError("forbidden", "this operate lease was revoked")
+
+
+def operate_leases(episode: Mapping[str, Any]) -> tuple[int, int]:
+    """(epoch, granted) of the episode's operate leases, from the status the broker writes."""
+    leases = (episode.get("status") or {}).get("operateLeases") or {}
+    return int(leases.get("epoch") or 0), int(leases.get("granted") or 0)

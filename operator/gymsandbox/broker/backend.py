@@ -129,8 +129,27 @@ class KubeBackend:
     def patch_episode(self, namespace: str, name: str, body: Mapping[str, Any]) -> Manifest:
         return self.kube.patch(EPISODE, namespace, name, body)
 
+    def record_operate_leases(self, episode: Mapping[str, Any], leases: Mapping[str, int]) -> Manifest | None:
+        """Write status.operateLeases if the episode is still as read; None when it changed meanwhile."""
+        meta = episode["metadata"]
+        try:
+            return self.kube.patch_status(
+                EPISODE,
+                meta["namespace"],
+                meta["name"],
+                {"operateLeases": dict(leases)},
+                resource_version=meta["resourceVersion"],
+            )
+        except ApiException as e:
+            if e.status == 409:
+                return None
+            raise
+
     def delete_episode(self, namespace: str, name: str) -> bool:
         return self.kube.delete(EPISODE, namespace, name)
+
+    def get_pod(self, namespace: str, name: str) -> Manifest | None:
+        return self.kube.get(POD, namespace, name)
 
     def pod_went_away(self, namespace: str, name: str, since: float) -> bool:
         """Whether the pod is gone, being deleted, finished, or replaced by a namesake created after `since`

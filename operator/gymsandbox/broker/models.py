@@ -112,5 +112,9 @@ class LeaseGrant(Model):
     expires_at: int  # unix seconds; never later than the episode's own expiry
 
 
+class LeaseRevocation(Model):
+    epoch: int  # operate leases granted before this epoch are refused from now on
+
+
 class RenewRequest(Model):
     ttl_seconds: int = Field(ge=1, le=86_400, alias="ttlSeconds")

@@ -21,9 +21,10 @@ from gymsandbox.api.episode import EpisodeSandboxSpec
 from gymsandbox.api.gymhost import GymHostSpec
 from gymsandbox.api.names import API_VERSION
 from gymsandbox.broker.archive import check_archive, sandbox_path, tar_is_complete
-from gymsandbox.broker.auth import Caller, authenticate, authorize_episode, require_host
+from gymsandbox.broker.auth import Caller, authenticate, authorize_episode, operate_leases, require_host
 from gymsandbox.broker.backend import EXIT_UNREACHABLE, ExecOutcome, KubeBackend
 from gymsandbox.broker.errors import BrokerError, ErrorCode
+from gymsandbox.broker.guards import HostSlots, not_its_sandbox
 from gymsandbox.broker.models import (
     CreateEpisode,
     Episode,
@@ -32,17 +33,20 @@ from gymsandbox.broker.models import (
     ExecResult,
     LeaseGrant,
     LeaseRequest,
+    LeaseRevocation,
     RenewRequest,
 )
 from gymsandbox.broker.telemetry import Telemetry
 from gymsandbox.desired.names import child_name
-from gymsandbox.desired.owner import Manifest
-from gymsandbox.desired.pod import EPISODE_CONTAINER_NAME
+from gymsandbox.desired.owner import Manifest, Owner
+from gymsandbox.desired.pod import EPISODE_CONTAINER_NAME, episode_pod_name
 from gymsandbox.leases import Claims, Scope, SigningKey, issue, operate_claims
 from gymsandbox.policy.cluster import ClusterPolicy
 from gymsandbox.policy.episodes import EpisodeRequest, admit_episode
 
 RETRY_AFTER_SECONDS = 5
+MAX_OPERATE_LEASES = 16  # per episode, until revoked
+LEASE_WRITE_ATTEMPTS = 5
 KILLED_BY_SIGNAL = 128  # a shell's exit status for a process that died of signal N is 128 + N
 EPISODE_ID = re.compile(r"[a-z0-9]([-a-z0-9]{0,251}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*")
 
@@ -52,6 +56,7 @@ class BrokerSettings:
     max_exec_timeout_seconds: float = 600
     max_transfer_bytes: int = 64 * 1024 * 1024  # one file or one tar, either way
     transfer_timeout_seconds: float = 300
+    max_calls_per_host: int = 32  # commands and transfers in flight at once, per GymHost
 
 
 @dataclass
@@ -116,6 +121,7 @@ class BrokerService:
     def __init__(self, state: BrokerState) -> None:
         self.state = state
         self.telemetry = Telemetry(in_flight=lambda: state.in_flight)
+        self.slots = HostSlots(state.settings.max_calls_per_host)
 
     async def caller(self, authorization: str | None) -> Caller:
         try:
@@ -245,15 +251,16 @@ class BrokerService:
             )
         pod = await self._ready_pod(caller, episode_id, rollout)
         started = time.time()
-        outcome = await run_in_threadpool(
-            self.state.backend.exec,
-            caller.namespace,
-            pod,
-            EPISODE_CONTAINER_NAME,
-            command_line(body),
-            timeout=body.timeout_seconds,
-            max_output=body.max_output_bytes,
-        )
+        async with self.slots.hold(caller):
+            outcome = await run_in_threadpool(
+                self.state.backend.exec,
+                caller.namespace,
+                pod,
+                EPISODE_CONTAINER_NAME,
+                command_line(body),
+                timeout=body.timeout_seconds,
+                max_output=body.max_output_bytes,
+            )
         raise_if_tool_missing(outcome)
         if outcome.exit_code >= KILLED_BY_SIGNAL and await run_in_threadpool(
             self.state.backend.pod_went_away, caller.namespace, pod, started
@@ -274,26 +281,52 @@ class BrokerService:
     # --- leases and renewal -------------------------------------------------------------------------------
 
     async def grant_lease(self, authorization: str | None, episode_id: str, body: LeaseRequest) -> LeaseGrant:
+        """An operate lease, counted in the episode's status: at most MAX_OPERATE_LEASES until revoked."""
         caller = await self.caller(authorization)
-        episode = await self.episode(caller, episode_id, destroy=True, rollout=None)
-        owner = owner_claims(episode)
-        if owner is None:
-            raise BrokerError(
-                "conflict", f"episode {episode_id} is not admitted yet; leases start at admission"
+        for _ in range(LEASE_WRITE_ATTEMPTS):
+            episode = await self.episode(caller, episode_id, destroy=True, rollout=None)
+            owner = owner_claims(episode)
+            if owner is None:
+                raise BrokerError(
+                    "conflict", f"episode {episode_id} is not admitted yet; leases start at admission"
+                )
+            if body.rollout_id is not None and body.rollout_id != owner.rollout_id:
+                raise BrokerError(
+                    "invalid_request",
+                    f"episode {episode_id} serves rollout {owner.rollout_id}: an operate lease is bound to"
+                    " the episode's own rollout",
+                )
+            epoch, granted = operate_leases(episode)
+            if granted >= MAX_OPERATE_LEASES:
+                raise BrokerError(
+                    "quota_exceeded",
+                    f"episode {episode_id} has {granted} operate leases, the cap: revoke them"
+                    f" (DELETE /v1/episodes/{episode_id}/leases) to grant more",
+                )
+            leases = {"epoch": epoch, "granted": granted + 1}
+            if await run_in_threadpool(self.state.backend.record_operate_leases, episode, leases) is None:
+                continue  # the episode changed since it was read: count again
+            claims = operate_claims(owner, int(time.time()) + body.ttl_seconds, epoch)
+            return LeaseGrant(
+                token=issue(claims, self.state.key),
+                scope=claims.scope.value,
+                rollout_id=str(claims.rollout_id),
+                expires_at=claims.expires_at,
             )
-        if body.rollout_id is not None and body.rollout_id != owner.rollout_id:
-            raise BrokerError(
-                "invalid_request",
-                f"episode {episode_id} serves rollout {owner.rollout_id}: an operate lease is bound to the"
-                " episode's own rollout",
-            )
-        claims = operate_claims(owner, int(time.time()) + body.ttl_seconds)
-        return LeaseGrant(
-            token=issue(claims, self.state.key),
-            scope=claims.scope.value,
-            rollout_id=str(claims.rollout_id),
-            expires_at=claims.expires_at,
+        raise BrokerError(
+            "conflict", f"episode {episode_id} kept changing while the lease was counted; retry"
         )
+
+    async def revoke_leases(self, authorization: str | None, episode_id: str) -> LeaseRevocation:
+        """Every operate lease granted so far stops working; new ones may be granted."""
+        caller = await self.caller(authorization)
+        for _ in range(LEASE_WRITE_ATTEMPTS):
+            episode = await self.episode(caller, episode_id, destroy=True, rollout=None)
+            epoch, _ = operate_leases(episode)
+            leases = {"epoch": epoch + 1, "granted": 0}
+            if await run_in_threadpool(self.state.backend.record_operate_leases, episode, leases) is not None:
+                return LeaseRevocation(epoch=epoch + 1)
+        raise BrokerError("conflict", f"episode {episode_id} kept changing during the revocation; retry")
 
     async def renew(self, authorization: str | None, episode_id: str, body: RenewRequest) -> Episode:
         caller = await self.caller(authorization)
@@ -317,12 +350,19 @@ class BrokerService:
     # --- files ---------------------------------------------------------------------------------------------
 
     async def _ready_pod(self, caller: Caller, episode_id: str, rollout: str | None) -> str:
+        """The episode's own sandbox pod, which alone the broker execs into: named as the operator names it
+        and controlled by this very episode (its uid), whatever the episode's status says."""
         episode = await self.episode(caller, episode_id, destroy=False, rollout=rollout)
         view = episode_view(episode)
-        pod = (episode.get("status") or {}).get("podName")
-        if not pod or not view.ready:
+        if not (episode.get("status") or {}).get("podName") or not view.ready:
             raise BrokerError("conflict", f"episode {episode_id} is not ready yet ({view.reason})")
-        return str(pod)
+        meta = episode["metadata"]
+        name = episode_pod_name(Owner("EpisodeSandbox", meta["name"], meta["namespace"], meta["uid"]))
+        pod = await run_in_threadpool(self.state.backend.get_pod, caller.namespace, name)
+        refusal = not_its_sandbox(pod, episode)
+        if refusal:
+            raise BrokerError("conflict", f"episode {episode_id} has no sandbox of its own to use: {refusal}")
+        return name
 
     async def _run(
         self,
@@ -334,16 +374,17 @@ class BrokerService:
         max_output: int | None = None,
     ) -> ExecOutcome:
         settings = self.state.settings
-        outcome = await run_in_threadpool(
-            self.state.backend.exec,
-            caller.namespace,
-            pod,
-            EPISODE_CONTAINER_NAME,
-            argv,
-            timeout=settings.transfer_timeout_seconds,
-            max_output=max_output or settings.max_transfer_bytes,
-            stdin=stdin,
-        )
+        async with self.slots.hold(caller):
+            outcome = await run_in_threadpool(
+                self.state.backend.exec,
+                caller.namespace,
+                pod,
+                EPISODE_CONTAINER_NAME,
+                argv,
+                timeout=settings.transfer_timeout_seconds,
+                max_output=max_output or settings.max_transfer_bytes,
+                stdin=stdin,
+            )
         self.telemetry.moved("transfer", len(stdin or b""), len(outcome.stdout))
         raise_if_tool_missing(outcome)
         if outcome.exit_code == EXIT_UNREACHABLE or outcome.timed_out:

@@ -45,6 +45,7 @@ from gymsandbox.broker.models import (
     Health,
     LeaseGrant,
     LeaseRequest,
+    LeaseRevocation,
     RenewRequest,
 )
 
@@ -227,6 +228,10 @@ class BrokerClient:
         given, must be it). Never retried."""
         body = _build(LeaseRequest, {"rollout_id": rollout_id, "ttl_seconds": ttl_seconds})
         return _parse(self._call("POST", f"{_episode(episode_id)}/leases", json=body.wire()), LeaseGrant)
+
+    def revoke_leases(self, episode_id: str) -> LeaseRevocation:
+        """End every operate lease granted for the episode so far. Retried: a repeat revokes nothing more."""
+        return _parse(self._call("DELETE", f"{_episode(episode_id)}/leases"), LeaseRevocation)
 
     def renew(self, episode_id: str, ttl_seconds: int) -> Episode:
         """Set the episode's TTL (counted from its admission). Never retried."""

@@ -24,9 +24,25 @@ def child_labels(owner: Owner) -> dict[str, str]:
     return {LABEL_MANAGED_BY: MANAGED_BY, **selector(owner)}
 
 
+SANDBOX_CHILDREN = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_COMPONENT}={COMPONENT_EPISODE}"
+
+
+def sandbox_pod_labels(owner: Owner, host_name: str) -> dict[str, str]:
+    """An episode's children's labels, plus its host's name: a pod outliving its episode still counts
+    against that host's cap until it is gone."""
+    return {**child_labels(owner), LABEL_HOST: label_value(host_name)}
+
+
 def episodes_pods_selector(names: list[str]) -> str:
     """A label selector for the sandbox pods of these episodes (and no other pods)."""
-    values = ",".join(sorted({label_value(name) for name in names}))
-    return (
-        f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_COMPONENT}={COMPONENT_EPISODE},{LABEL_EPISODE} in ({values})"
-    )
+    return sandbox_pods_selector({label_value(name) for name in names})
+
+
+def sandbox_pods_selector(episode_labels: set[str]) -> str:
+    """The sandbox pods whose episode label is one of these."""
+    return f"{SANDBOX_CHILDREN},{LABEL_EPISODE} in ({','.join(sorted(episode_labels))})"
+
+
+def host_sandbox_pods_selector(host_name: str) -> str:
+    """Every sandbox pod of this host's episodes, whether or not its episode still exists."""
+    return f"{SANDBOX_CHILDREN},{LABEL_HOST}={label_value(host_name)}"

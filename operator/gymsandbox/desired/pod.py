@@ -6,7 +6,7 @@ from gymsandbox.api.common import Resources
 from gymsandbox.api.episode import EpisodeResources, EpisodeSandboxSpec
 from gymsandbox.api.gymhost import GymHostSpec
 from gymsandbox.api.names import ENV_BROKER_URL, ENV_LEASE_TOKEN, LEASE_TOKEN_KEY, USER_LABEL_PREFIX
-from gymsandbox.desired.labels import child_labels
+from gymsandbox.desired.labels import child_labels, sandbox_pod_labels
 from gymsandbox.desired.names import child_name
 from gymsandbox.desired.owner import TEMPLATE_HASH_ANNOTATION, Manifest, Owner, template_hash
 from gymsandbox.policy.cluster import ClusterPolicy, RuntimeProfile
@@ -205,12 +205,13 @@ WORKSPACE_VOLUME = "workspace"
 
 
 def episode_pod(
-    owner: Owner, spec: EpisodeSandboxSpec, host: GymHostSpec, profile: RuntimeProfile
+    owner: Owner, spec: EpisodeSandboxSpec, host: GymHostSpec, profile: RuntimeProfile, deadline_seconds: int
 ) -> Manifest:
     """The sandbox pod of an admitted episode: restricted, numeric user, optional workspace in the host claim.
 
     It runs model-generated code, so it gets no token, no service links and no broker address; the root
-    filesystem stays writable (tools install packages) within the ephemeral-storage limit.
+    filesystem stays writable (tools install packages) within the ephemeral-storage limit. The kubelet ends
+    it after `deadline_seconds` (activeDeadlineSeconds) whatever happens to the episode or the operator.
     """
     limits = resource_limits(spec.resources)
     container: dict[str, object] = {
@@ -240,6 +241,7 @@ def episode_pod(
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "restartPolicy": "Never",  # an episode whose process dies is over; its status says why
+        "activeDeadlineSeconds": deadline_seconds,
         # The pod's pause process becomes PID 1 and reaps what the broker's execs leave behind; the user's
         # command (often `sleep infinity`) reaps nothing, and zombies would fill the pid limit.
         "shareProcessNamespace": True,
@@ -249,12 +251,15 @@ def episode_pod(
         "volumes": volumes,
         **runtime_scheduling(profile),
     }
-    labels = {**{f"{USER_LABEL_PREFIX}{k}": v for k, v in spec.labels.items()}, **child_labels(owner)}
+    user_labels = {f"{USER_LABEL_PREFIX}{k}": v for k, v in spec.labels.items()}
+    labels = {**user_labels, **sandbox_pod_labels(owner, spec.host_ref.name)}
+    # The deadline depends on when the pod is made, not on what it runs: it stays out of the template.
+    template = {k: v for k, v in pod_spec.items() if k != "activeDeadlineSeconds"}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": owner.metadata(
-            episode_pod_name(owner), labels, {TEMPLATE_HASH_ANNOTATION: template_hash(pod_spec)}
+            episode_pod_name(owner), labels, {TEMPLATE_HASH_ANNOTATION: template_hash(template)}
         ),
         "spec": pod_spec,
     }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, ParamSpec, TypeVar, cast
@@ -25,6 +26,8 @@ SANDBOX_ERROR_CHARS = 1024
 # One line per change of Ready (the same change an event announces): what a quiet log keeps.
 TRANSITIONS = logging.getLogger("gymsandbox.transitions")
 REDACTED = "[REDACTED]"
+# Any lease token (another run's too): gs1.<payload>.<signature>, base64url.
+LEASE_TOKEN_SHAPE = re.compile(r"gs1\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}")
 RESOURCES = {"GymHost": "gymhosts", "EpisodeSandbox": "episodesandboxes"}
 TAILED_REASONS = frozenset({Reason.CRASH_LOOP_BACK_OFF, Reason.OOM_KILLED, Reason.POD_FAILED})
 # Answers that mean the API server is overloaded or cut off, not that the request was wrong.
@@ -99,10 +102,11 @@ def status_changed(current: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
     return any(current.get(key) != value for key, value in new.items())
 
 
-def logs_tail(kube: Kube, pod: Mapping[str, Any], container: str, token: str | None) -> str | None:
+def logs_tail(kube: Kube, pod: Mapping[str, Any], container: str, secrets: Sequence[str]) -> str | None:
     """The container's last log lines (previous run first), else the termination message the kubelet kept.
 
-    The owner's own token is redacted: untrusted code may print its environment.
+    Untrusted code may print its environment: `secrets` (the owner's token, the values of its envFrom
+    Secrets) and anything shaped like a lease token are redacted.
     """
     meta = pod["metadata"]
     text = kube.log_tail(meta["namespace"], meta["name"], container, LOG_TAIL_LINES)
@@ -113,8 +117,9 @@ def logs_tail(kube: Kube, pod: Mapping[str, Any], container: str, token: str | N
                 text = (last.get("terminated") or state.get("terminated") or {}).get("message")
     if not text:
         return None
-    if token:
-        text = text.replace(token, REDACTED)
+    for secret in sorted(filter(None, secrets), key=len, reverse=True):
+        text = text.replace(secret, REDACTED)
+    text = LEASE_TOKEN_SHAPE.sub(REDACTED, text)
     return "\n".join(text.splitlines()[-LOG_TAIL_LINES:])[-LOG_TAIL_CHARS:]
 
 
@@ -133,7 +138,11 @@ def sandbox_error(kube: Kube, pod: Mapping[str, Any] | None, moment: datetime) -
 
 
 def failure_fields(
-    kube: Kube, failure: PodFailure | None, pod: Mapping[str, Any] | None, container: str, token: str | None
+    kube: Kube,
+    failure: PodFailure | None,
+    pod: Mapping[str, Any] | None,
+    container: str,
+    secrets: Sequence[str],
 ) -> dict[str, Any] | None:
     """`status.failure`, with the log tail when the workload itself failed."""
     if failure is None:
@@ -144,7 +153,7 @@ def failure_fields(
         "message": failure.message[:4096],
     }
     if pod is not None and failure.reason in TAILED_REASONS:
-        fields["logsTail"] = logs_tail(kube, pod, failure.container or container, token)
+        fields["logsTail"] = logs_tail(kube, pod, failure.container or container, secrets)
     return fields
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from gymsandbox.handlers.kube import Kube
 from gymsandbox.leases import SigningKey
 from gymsandbox.policy.cluster import ClusterPolicy
-from gymsandbox.policy.egress import Resolver, system_resolver
+from gymsandbox.policy.egress import BoundedResolver, Resolver
 
 # How often every object is reconciled even without events: drift repair and DNS re-resolution.
 RESYNC_SECONDS = float(os.environ.get("GYMSANDBOX_RESYNC_SECONDS", "10"))
@@ -44,8 +44,10 @@ class OperatorContext:
     # kopf namespace patterns this operator serves (globs, "!" excludes); empty: every namespace.
     namespaces: tuple[str, ...] = ()
     locks: KeyedLocks = field(default_factory=KeyedLocks)
-    resolver: Resolver = system_resolver
+    resolver: Resolver = field(default_factory=BoundedResolver)
     _last_run: dict[str, float] = field(default_factory=dict)
+    # Per host uid: sandbox pods still running without an open episode at the last look (each holds a slot).
+    lingering: dict[str, int] = field(default_factory=dict)
 
     def watches(self, namespace: str) -> bool:
         """Whether `namespace` is this operator's to handle, as kopf matches its --namespace patterns."""
@@ -64,3 +66,11 @@ class OperatorContext:
             return False
         self._last_run[key] = moment
         return True
+
+    def forget_host(self, uid: str) -> None:
+        """Drop what is kept per host once it is gone: the maps stay as large as the live hosts."""
+        self.lingering.pop(uid, None)
+        self.locks.forget(uid)
+        self.locks.forget(f"episodes/{uid}")
+        for key in [k for k in self._last_run if k.endswith(f"/{uid}")]:
+            self._last_run.pop(key, None)

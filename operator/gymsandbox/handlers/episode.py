@@ -12,6 +12,7 @@ create, spec change (renewal), pod events and the resync timer.
 
 from __future__ import annotations
 
+import math
 from collections import Counter as Tally
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -31,11 +32,12 @@ from gymsandbox.api.names import (
     GROUP,
     LABEL_COMPONENT,
     LABEL_EPISODE,
+    LABEL_HOST,
     LABEL_MANAGED_BY,
     MANAGED_BY,
     VERSION,
 )
-from gymsandbox.desired.labels import COMPONENT_EPISODE, episodes_pods_selector
+from gymsandbox.desired.labels import COMPONENT_EPISODE, SANDBOX_CHILDREN
 from gymsandbox.desired.names import label_value
 from gymsandbox.desired.networkpolicy import egress_policy, episode_egress_rules
 from gymsandbox.desired.owner import TEMPLATE_HASH_ANNOTATION, Manifest, Owner, template_hash
@@ -64,6 +66,7 @@ from gymsandbox.handlers.kube import (
     namespace_terminating,
 )
 from gymsandbox.handlers.leases import ensure_lease_secret
+from gymsandbox.handlers.sandboxes import end_lingering_sandboxes, stop_sandboxes
 from gymsandbox.leases import Claims, Kind, Scope
 from gymsandbox.metrics import METRICS, episode_phase
 from gymsandbox.policy.admission import Refusal, admit_gymhost
@@ -78,7 +81,6 @@ KIND: Kind = "EpisodeSandbox"
 RESOURCE = "episodesandboxes"
 # How often each host's episodes are reaped and admitted even without events.
 REAP_SECONDS = 2.0
-REAP_BATCH = 100  # episodes whose pods one request deletes (a label selector of their names)
 
 
 @dataclass(frozen=True)
@@ -119,9 +121,22 @@ def judge(ctx: OperatorContext, episode: Mapping[str, Any], host: Manifest | Non
 
 def effective_ttl(spec: EpisodeSandboxSpec, host: GymHostSpec, ctx: OperatorContext) -> int:
     """The TTL enforced: asked (or the host's default), never past the host's or the cluster's cap."""
-    return min(
-        episode_ttl_seconds(spec, host), host.episodes.max_ttl_seconds, ctx.policy.caps.max_ttl_seconds
-    )
+    return min(episode_ttl_seconds(spec, host), longest_ttl(host, ctx))
+
+
+def longest_ttl(host: GymHostSpec, ctx: OperatorContext) -> int:
+    """The furthest any renewal can move an episode's expiry, from its admission."""
+    return min(host.episodes.max_ttl_seconds, ctx.policy.caps.max_ttl_seconds)
+
+
+def pod_deadline_seconds(
+    admitted_at: datetime, host: GymHostSpec, ctx: OperatorContext, moment: datetime
+) -> int:
+    """activeDeadlineSeconds for a sandbox pod made at `moment`: it ends by the latest expiry a renewal could
+    give the episode (the kubelet counts from the pod's start and the value can only be lowered later), so
+    no pod outlives its episode's cap even when the operator is gone."""
+    latest = admitted_at + timedelta(seconds=longest_ttl(host, ctx))
+    return max(1, math.ceil((latest - moment).total_seconds()))
 
 
 def belongs_to(episode: Mapping[str, Any], host_uid: str) -> bool:
@@ -153,19 +168,14 @@ def slot(ctx: OperatorContext, episode: Mapping[str, Any], judged: Judged) -> Ep
     )
 
 
-def stop_sandboxes(kube: Kube, namespace: str, episodes: list[str]) -> None:
-    """End the pods of episodes just reaped at once, a request per REAP_BATCH: the garbage collector would
-    get to them at its own pace (some 20 deletions a second), and a sandbox must not outlive its TTL by
-    minutes when many expire together. Their Secrets and NetworkPolicies run nothing: the collector's."""
-    for start in range(0, len(episodes), REAP_BATCH):
-        kube.delete_collection(
-            POD, namespace, labels=episodes_pods_selector(episodes[start : start + REAP_BATCH])
-        )
-
-
-def sync_host_episodes(ctx: OperatorContext, host: Manifest, moment: datetime) -> list[str]:
+def sync_host_episodes(
+    ctx: OperatorContext, host: Manifest, moment: datetime, *, sweep: bool = False
+) -> list[str]:
     """Reap, admit in FIFO order, number the queue and count, for one host. Returns the episodes to refresh
-    (admitted, renewed or timed out just now)."""
+    (admitted, renewed or timed out just now).
+
+    Sandbox pods running without an open episode hold slots (and are ended). They are looked for on `sweep`
+    (an episode deleted, a resync), while an episode is closing, and until the last one seen is gone."""
     meta = host["metadata"]
     try:
         host_spec = GymHostSpec.model_validate(host.get("spec") or {})
@@ -180,7 +190,15 @@ def sync_host_episodes(ctx: OperatorContext, host: Manifest, moment: datetime) -
         ]
         by_name = {e["metadata"]["name"]: e for e in episodes}
         slots = {name: slot(ctx, e, judge(ctx, e, host)) for name, e in by_name.items()}
-        plan = plan_queue(list(slots.values()), host_spec.episodes.max_concurrent, moment)
+        open_labels = {label_value(name) for name, s in slots.items() if not s.closing}
+        if sweep or len(open_labels) < len(slots) or ctx.lingering.get(meta["uid"]):
+            ctx.lingering[meta["uid"]] = end_lingering_sandboxes(kube, namespace, meta["name"], open_labels)
+        plan = plan_queue(
+            list(slots.values()),
+            host_spec.episodes.max_concurrent,
+            moment,
+            lingering=ctx.lingering.get(meta["uid"], 0),
+        )
         reaped = []
         for name in plan.expired:
             # Only this exact state: a renewal that landed since the listing wins over the reaper.
@@ -337,7 +355,8 @@ def _observe_episode(
     if kube.get(RUNTIME_CLASS, None, profile.runtime_class_name) is None:
         missing = f"RuntimeClass {profile.runtime_class_name} does not exist; no pod is created"
         return EpisodeObservation(admitted=True, runtime_class_missing=missing), children
-    pod = ensure_pod(kube, owner, episode_pod(owner, spec, host_spec, profile))
+    deadline = pod_deadline_seconds(admitted_at, host_spec, ctx, moment)
+    pod = ensure_pod(kube, owner, episode_pod(owner, spec, host_spec, profile, deadline))
     return EpisodeObservation(
         admitted=True, pod=pod, sandbox_error=sandbox_error(kube, pod, moment)
     ), children
@@ -365,7 +384,11 @@ def episode_status(ctx: OperatorContext, episode: Mapping[str, Any], moment: dat
         "podIP": (pod.get("status") or {}).get("podIP"),
         "leaseSecretName": children.lease_secret_name,
         "failure": failure_fields(
-            ctx.kube, verdict.failure, observation.pod, EPISODE_CONTAINER_NAME, children.token
+            ctx.kube,
+            verdict.failure,
+            observation.pod,
+            EPISODE_CONTAINER_NAME,
+            (children.token,) if children.token else (),
         ),
     }
 
@@ -399,12 +422,12 @@ def episodes_needing_repair(ctx: OperatorContext, namespace: str, host_name: str
         and (e.get("status") or {}).get("admittedAt")
         and not e["metadata"].get("deletionTimestamp")
     ]
-    selector = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_COMPONENT}={COMPONENT_EPISODE}"
     moment = now()
     present: list[set[str]] = []
     pods: dict[str, Manifest] = {}
     for kind in (SECRET, NETWORK_POLICY, POD):
-        children = kube.list(kind, namespace, labels=selector)
+        children = kube.list(kind, namespace, labels=SANDBOX_CHILDREN)
+        end_orphans(kube, kind, namespace, children)
         if kind is POD:
             pods = {(c["metadata"].get("labels") or {}).get(LABEL_EPISODE, ""): c for c in children}
         present.append(
@@ -425,17 +448,26 @@ def episodes_needing_repair(ctx: OperatorContext, namespace: str, host_name: str
     return [e["metadata"]["name"] for e in episodes if needs_repair(e)]
 
 
+def end_orphans(kube: Kube, kind: Any, namespace: str, children: list[Manifest]) -> None:
+    """Delete episode children that no episode owns: the garbage collector strips the owner reference when an
+    episode is deleted with `--cascade=orphan`, and would never remove them after that."""
+    for child in children:
+        refs = child["metadata"].get("ownerReferences") or []
+        if not any(r.get("kind") == KIND for r in refs) and not child["metadata"].get("deletionTimestamp"):
+            kube.delete(kind, namespace, child["metadata"]["name"], uid=child["metadata"]["uid"])
+
+
 def edited(network_policy: Mapping[str, Any]) -> bool:
     """The live spec no longer matches the digest it was created with."""
     recorded = (network_policy["metadata"].get("annotations") or {}).get(TEMPLATE_HASH_ANNOTATION)
     return recorded != template_hash(network_policy.get("spec"))
 
 
-def sync_and_refresh(ctx: OperatorContext, namespace: str, host_name: str) -> None:
+def sync_and_refresh(ctx: OperatorContext, namespace: str, host_name: str, *, sweep: bool = False) -> None:
     host = ctx.kube.get(GYMHOST, namespace, host_name)
     if host is None or host["metadata"].get("deletionTimestamp"):
         return
-    for name in sync_host_episodes(ctx, host, now()):
+    for name in sync_host_episodes(ctx, host, now(), sweep=sweep):
         refresh_episode(ctx, namespace, name)
 
 
@@ -461,7 +493,8 @@ def episodes_tick(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     deleted episode would then wait for the operator.)"""
     ctx: OperatorContext = memo.context
     namespace = str(body.metadata.namespace)
-    for name in sync_host_episodes(ctx, dict(body), now()):
+    sweep = ctx.due(f"sweep/{body.metadata.uid}", RESYNC_SECONDS)
+    for name in sync_host_episodes(ctx, dict(body), now(), sweep=sweep):
         refresh_episode(ctx, namespace, name)
     if ctx.due(f"drift/{body.metadata.uid}", RESYNC_SECONDS):
         for name in episodes_needing_repair(ctx, namespace, str(body.metadata.name), str(body.metadata.uid)):
@@ -471,7 +504,8 @@ def episodes_tick(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
 @kopf.on.event(GROUP, VERSION, "episodesandboxes")
 @observed("episode_event")
 def episode_event(body: kopf.Body, type: str | None, memo: kopf.Memo, **_: Any) -> None:
-    """A deleted episode frees its slot: admit the next one now rather than at the next tick."""
+    """A deleted episode frees its slot once its pod is gone: end the pod and admit the next one now rather
+    than at the next tick."""
     ctx: OperatorContext = memo.context
     if type != "DELETED":
         return
@@ -479,12 +513,17 @@ def episode_event(body: kopf.Body, type: str | None, memo: kopf.Memo, **_: Any) 
     METRICS.forget(str(body.metadata.uid))
     host_name = (body.spec.get("hostRef") or {}).get("name")
     if isinstance(host_name, str):
-        sync_and_refresh(ctx, str(body.metadata.namespace), host_name)
+        sync_and_refresh(ctx, str(body.metadata.namespace), host_name, sweep=True)
 
 
 @kopf.on.event("v1", "pods", labels={LABEL_MANAGED_BY: MANAGED_BY, LABEL_COMPONENT: COMPONENT_EPISODE})
 @observed("episode_pod_changed")
 def episode_pod_changed(body: kopf.Body, type: str | None, memo: kopf.Memo, **_: Any) -> None:
+    ctx: OperatorContext = memo.context
     owner_ref = next((r for r in body.metadata.get("ownerReferences") or [] if r.get("kind") == KIND), None)
     if owner_ref is not None and type is not None:
-        refresh_episode(memo.context, str(body.metadata.namespace), owner_ref["name"])
+        refresh_episode(ctx, str(body.metadata.namespace), owner_ref["name"])
+    host_label = (body.metadata.get("labels") or {}).get(LABEL_HOST)
+    if type == "DELETED" and isinstance(host_label, str) and any(ctx.lingering.values()):
+        # A pod that held a slot without an open episode is gone: the next episode may take the slot now.
+        sync_and_refresh(ctx, str(body.metadata.namespace), host_label)

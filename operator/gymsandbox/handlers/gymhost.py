@@ -49,6 +49,7 @@ from gymsandbox.handlers.kube import (
     POD,
     PVC,
     RUNTIME_CLASS,
+    SECRET,
     SERVICE,
     STORAGE_CLASS,
     ChildConflictError,
@@ -63,6 +64,7 @@ from gymsandbox.metrics import METRICS, host_phase
 from gymsandbox.policy.admission import Refusal, admit_gymhost, host_ttl_seconds
 from gymsandbox.policy.cluster import ClusterPolicy
 from gymsandbox.policy.egress import EgressError, ResolutionError, ResolvedTarget, egress_targets, resolve
+from gymsandbox.policy.references import claim_names, refused_references, secret_values
 from gymsandbox.status.conditions import merge_conditions
 from gymsandbox.status.gymhost import HostObservation, compute_host_conditions
 
@@ -77,7 +79,8 @@ class Children:
     lease_secret_name: str | None = None
     endpoint: str | None = None
     resolved: tuple[ResolvedTarget, ...] = ()
-    token: str | None = None  # kept in memory only, to redact it from log tails
+    # Kept in memory only, to redact from log tails: the host's token and its envFrom Secrets' values.
+    secrets: tuple[str, ...] = ()
 
 
 def parse_spec(raw: Mapping[str, Any]) -> GymHostSpec | Refusal:
@@ -194,6 +197,14 @@ def _observe(
         delete_pod(kube, owner, pod_name)  # a spec that is no longer admitted must not keep running
         return HostObservation(refusal=refusal), Children(), None
     spec = parsed
+    env_secrets = {
+        s.secret_ref.name: kube.get(SECRET, owner.namespace, s.secret_ref.name) for s in spec.env_from
+    }
+    claims = {name: kube.get(PVC, owner.namespace, name) for name in claim_names(spec)}
+    refusal = refused_references(spec, env_secrets, claims, ctx.policy)
+    if refusal:
+        delete_pod(kube, owner, pod_name)
+        return HostObservation(refusal=refusal), Children(), None
     if now >= expiry(meta, spec, ctx.policy):
         delete_pod(kube, owner, pod_name)
         if spec.lifetime.expiry_policy == "Delete" and kube.delete(
@@ -232,7 +243,8 @@ def _observe(
     else:
         network_policy = kube.get(NETWORK_POLICY, owner.namespace, egress_policy_name(owner))
     ensure_service(kube, owner, spec)
-    children = Children(secret_name, host_endpoint(owner, spec), tuple(resolved or ()), token)
+    secrets = (token, *secret_values(env_secrets))
+    children = Children(secret_name, host_endpoint(owner, spec), tuple(resolved or ()), secrets)
     profile = ctx.policy.runtime_profiles[spec.runtime]
     runtime_missing = None
     if kube.get(RUNTIME_CLASS, None, profile.runtime_class_name) is None:
@@ -261,7 +273,7 @@ def status_fields(ctx: OperatorContext, body: Mapping[str, Any], now: datetime) 
     verdict = compute_host_conditions(observation)
     generation = int(meta.get("generation") or 0)
     conditions = merge_conditions(previous.get("conditions") or [], verdict.conditions, generation, now)
-    failure = failure_fields(ctx.kube, verdict.failure, observation.pod, CONTAINER_NAME, children.token)
+    failure = failure_fields(ctx.kube, verdict.failure, observation.pod, CONTAINER_NAME, children.secrets)
     pod = observation.pod or {}
     expires_at = expiry(meta, spec, ctx.policy) if spec else None
     announce(body, previous, verdict.conditions, verdict.failure)
@@ -379,7 +391,7 @@ def release(ctx: OperatorContext, owner: Owner) -> None:
     collector knows only owned ones); the collector removes the other children."""
     delete_pod(ctx.kube, owner, host_pod_name(owner))
     ctx.kube.delete_collection(EPISODE, owner.namespace, fields=f"spec.hostRef.name={owner.name}")
-    ctx.locks.forget(owner.uid)
+    ctx.forget_host(owner.uid)
     METRICS.forget_host(owner.uid)
 
 

@@ -154,12 +154,21 @@ class Kube:
             "PATCH", kind.path(namespace, name), dict(body), content_type="application/merge-patch+json"
         )
 
-    def patch_status(self, kind: Kind, namespace: str, name: str, status: Mapping[str, Any]) -> Manifest:
+    def patch_status(
+        self,
+        kind: Kind,
+        namespace: str,
+        name: str,
+        status: Mapping[str, Any],
+        *,
+        resource_version: str | None = None,
+    ) -> Manifest:
+        """A merge patch of the status; with `resource_version`, only of that exact state (else 409)."""
+        body: dict[str, Any] = {"status": dict(status)}
+        if resource_version:
+            body["metadata"] = {"resourceVersion": resource_version}
         return self._call(
-            "PATCH",
-            kind.path(namespace, name) + "/status",
-            {"status": dict(status)},
-            content_type="application/merge-patch+json",
+            "PATCH", kind.path(namespace, name) + "/status", body, content_type="application/merge-patch+json"
         )
 
     def delete(

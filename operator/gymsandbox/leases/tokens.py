@@ -365,15 +365,25 @@ def peek(token: str) -> Claims:
     return _claims_from_payload(payload_b64)
 
 
-def operate_claims(owner: Claims, expires_at: int) -> Claims:
+def operate_claims(owner: Claims, expires_at: int, epoch: int = 0) -> Claims:
     """Derive an ``operate`` lease from a verified ``owner`` lease of the same episode.
 
     The result is bound to the owner's rollout (the episode's own), never outlives the owner lease (its
-    expiry is clamped) and has a fresh token id. Raises TokenError("wrong_scope") if ``owner`` is not an
-    owner lease, ValueError on a negative expiry.
+    expiry is clamped) and has a fresh token id whose first 8 hex digits are `epoch`: revoking an episode's
+    operate leases moves its epoch on, and leases of an older one are refused (`lease_epoch`). Raises
+    TokenError("wrong_scope") if ``owner`` is not an owner lease, ValueError on a negative expiry or an
+    epoch outside 0..2**32-1.
     """
     if owner.scope is not Scope.OWNER:
         raise TokenError("wrong_scope", "only an owner lease can grant an operate lease")
+    if not 0 <= epoch < 2**32:
+        raise ValueError("epoch must be within 0..2**32-1")
+    token_id = f"{epoch:08x}{new_token_id()[8:]}"
     return replace(
-        owner, scope=Scope.OPERATE, expires_at=min(expires_at, owner.expires_at), token_id=new_token_id()
+        owner, scope=Scope.OPERATE, expires_at=min(expires_at, owner.expires_at), token_id=token_id
     )
+
+
+def lease_epoch(claims: Claims) -> int:
+    """The revocation epoch an operate lease was granted in (see `operate_claims`)."""
+    return int(claims.token_id[:8], 16)

@@ -204,6 +204,23 @@ class EgressPolicy(Model):
         return [parse_cidr(cidr) for cidr in self.denied_cidrs]
 
 
+USABLE_BY_LABEL = "gymsandbox.dev/usable-by"
+
+
+def _usable_by_gymhosts() -> dict[str, str]:
+    return {USABLE_BY_LABEL: "gymhosts"}
+
+
+class References(Model):
+    """Which Secrets (envFrom) and PersistentVolumeClaims (claimName, dataset.claimName) a GymHost may use:
+    those carrying every label of the selector, which whoever creates the object sets (a namespace user who
+    may not write Secrets cannot add it to one). The operator's own Secrets are refused whatever their
+    labels. An empty selector allows every object of the namespace: other runs' included."""
+
+    secret_selector: dict[LabelKey, LabelValue] = Field(default_factory=_usable_by_gymhosts)
+    claim_selector: dict[LabelKey, LabelValue] = Field(default_factory=_usable_by_gymhosts)
+
+
 class ClusterPolicy(Model):
     approved_images: list[Annotated[str, AfterValidator(_approved_entry)]] = Field(default_factory=list)
     runtime_profiles: dict[DnsLabel, RuntimeProfile] = Field(default_factory=dict)
@@ -211,6 +228,7 @@ class ClusterPolicy(Model):
     broker: Broker = Field(default_factory=Broker)
     dns: Dns = Field(default_factory=Dns)
     egress: EgressPolicy = Field(default_factory=EgressPolicy)
+    references: References = Field(default_factory=References)
     # Empty: every namespace.
     watch_namespaces: list[DnsLabel] = Field(default_factory=list)
 

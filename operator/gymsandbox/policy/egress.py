@@ -8,10 +8,14 @@ metadata address, private networks), so a name that resolves into the cluster is
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import re
 import socket
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Literal, TypeAlias
 from urllib.parse import urlsplit
@@ -364,6 +368,36 @@ def system_resolver(host: str) -> list[str]:
     """Addresses of a name from the operator's resolver. The trailing dot keeps search domains out of it."""
     infos = socket.getaddrinfo(f"{host}.", None, type=socket.SOCK_STREAM)
     return [str(info[4][0]) for info in infos]
+
+
+class BoundedResolver:
+    """`resolver` on threads of its own, at most `threads` lookups at once, and never longer than `timeout`
+    seconds for the caller: a name whose servers never answer costs a reconcile a few seconds and a
+    DNSResolutionFailed, not a worker thread of the operator. A lookup past its time keeps its thread until
+    the system resolver gives up; while all are taken, lookups fail at once as busy."""
+
+    def __init__(
+        self, resolver: Resolver = system_resolver, *, threads: int = 4, timeout: float = 3.0
+    ) -> None:
+        self._resolver = resolver
+        self._timeout = timeout
+        self._slots = threading.BoundedSemaphore(threads)
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="dns")
+
+    def _resolve(self, host: str) -> Sequence[str]:
+        try:
+            return self._resolver(host)
+        finally:
+            self._slots.release()
+
+    def __call__(self, host: str) -> Sequence[str]:
+        if not self._slots.acquire(blocking=False):
+            raise OSError(errno.EBUSY, "every resolver thread is waiting on an unanswered lookup")
+        future = self._pool.submit(self._resolve, host)
+        try:
+            return future.result(timeout=self._timeout)
+        except FutureTimeout:
+            raise OSError(errno.ETIMEDOUT, f"no answer within {self._timeout:g} s") from None
 
 
 def _lookup(host: str, static_hosts: Mapping[str, Sequence[str]], resolver: Resolver) -> list[IPNetwork]:

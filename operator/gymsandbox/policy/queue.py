@@ -18,7 +18,9 @@ class EpisodeSlot:
     name: str
     created: datetime
     admitted: bool = False
-    closing: bool = False  # being deleted: its slot is already given back
+    closing: bool = (
+        False  # being deleted: its slot passes to its pod, counted among `lingering` while it runs
+    )
     admissible: bool = True  # False when policy refused it or it timed out: it never queues
     expires_at: datetime | None = None  # for admitted episodes
     wait_deadline: datetime | None = None  # created + admissionTimeoutSeconds, when set
@@ -34,7 +36,10 @@ class QueuePlan:
     queued: int = 0  # waiting after this plan
 
 
-def plan_queue(episodes: Sequence[EpisodeSlot], max_concurrent: int, now: datetime) -> QueuePlan:
+def plan_queue(
+    episodes: Sequence[EpisodeSlot], max_concurrent: int, now: datetime, *, lingering: int = 0
+) -> QueuePlan:
+    """`lingering`: sandbox pods still running without an open episode; each holds a slot until it is gone."""
     live = [e for e in episodes if not e.closing]
     holding = [e for e in live if e.admitted]
     expired = [e.name for e in holding if e.expires_at is not None and now >= e.expires_at]
@@ -45,7 +50,7 @@ def plan_queue(episodes: Sequence[EpisodeSlot], max_concurrent: int, now: dateti
     # Giving up is final: an episode past its admission deadline never takes a slot, even one just freed.
     timed_out = [e.name for e in candidates if e.wait_deadline is not None and now >= e.wait_deadline]
     waiting = [e for e in candidates if e.name not in timed_out]
-    free = max(0, max_concurrent - len(holding))
+    free = max(0, max_concurrent - len(holding) - lingering)
     admit = [e.name for e in waiting[:free]]
     queue = [e.name for e in waiting[free:]]
     return QueuePlan(

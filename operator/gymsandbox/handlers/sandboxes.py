@@ -1,0 +1,49 @@
+"""Sandbox pods the operator ends itself: those of reaped episodes, and those still running without an open
+episode (deleted while a finalizer of someone else's holds it, or with `--cascade=orphan`). Until such a pod
+is gone it holds its host's slot: no cap is exceeded by deleting an episode and keeping its pod."""
+
+from __future__ import annotations
+
+from gymsandbox.api.names import LABEL_EPISODE
+from gymsandbox.desired.labels import (
+    episodes_pods_selector,
+    host_sandbox_pods_selector,
+    sandbox_pods_selector,
+)
+from gymsandbox.handlers.kube import POD, Kube
+
+REAP_BATCH = 100  # episodes whose pods one request deletes (a label selector of their names)
+_OVER = ("Succeeded", "Failed")
+
+
+def stop_sandboxes(kube: Kube, namespace: str, episodes: list[str]) -> None:
+    """End the pods of episodes just reaped at once, a request per REAP_BATCH: the garbage collector would
+    get to them at its own pace (some 20 deletions a second), and a sandbox must not outlive its TTL by
+    minutes when many expire together. Their Secrets and NetworkPolicies run nothing: the collector's."""
+    for start in range(0, len(episodes), REAP_BATCH):
+        kube.delete_collection(
+            POD, namespace, labels=episodes_pods_selector(episodes[start : start + REAP_BATCH])
+        )
+
+
+def end_lingering_sandboxes(kube: Kube, namespace: str, host_name: str, open_episodes: set[str]) -> int:
+    """How many of the host's sandbox pods still run although their episode (by label value) is not among
+    `open_episodes`. All such pods not yet terminating are deleted now; each one still running counts as a
+    held slot until it is gone."""
+    lingering = [
+        pod
+        for pod in kube.list(POD, namespace, labels=host_sandbox_pods_selector(host_name))
+        if (pod["metadata"].get("labels") or {}).get(LABEL_EPISODE) not in open_episodes
+    ]
+    to_end = sorted(
+        {
+            pod["metadata"]["labels"][LABEL_EPISODE]
+            for pod in lingering
+            if not pod["metadata"].get("deletionTimestamp")
+        }
+    )
+    for start in range(0, len(to_end), REAP_BATCH):
+        kube.delete_collection(
+            POD, namespace, labels=sandbox_pods_selector(set(to_end[start : start + REAP_BATCH]))
+        )
+    return sum(1 for pod in lingering if (pod.get("status") or {}).get("phase") not in _OVER)

@@ -1,0 +1,94 @@
+"""Attacker A floods the shared broker with long commands; another run's host keeps working. A's calls beyond
+its share (`max_calls_per_host`, 32) are refused at once with 429, so the broker's threads and API
+connections stay available to every other host. The victim's exec latency during the attack is printed
+(a figure, not a bound: timing belongs to bench/)."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+from kubernetes import client
+
+from gymsandbox.broker.service import BrokerSettings
+from tests.cluster_fixtures import BrokerProcess, Cluster, OperatorProcess, cluster_script
+from tests.integration.episodes import EPISODE_IMAGE, Episodes
+from tests.integration.gymhosts import Hosts, apply, read_token, sample
+
+pytestmark = pytest.mark.integration
+
+FLOOD = 48  # more than one host's share
+
+
+@pytest.fixture
+def http(broker: BrokerProcess) -> Iterator[httpx.Client]:
+    limits = httpx.Limits(max_connections=FLOOD + 8)
+    with httpx.Client(base_url=broker.url, timeout=60, limits=limits) as session:
+        yield session
+
+
+def sandbox(http: httpx.Client, token: str, cluster: Cluster, namespace: str, episodes: Episodes) -> str:
+    created = http.post(
+        "/v1/episodes",
+        json={"rolloutId": "r-1", "image": EPISODE_IMAGE},
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    assert created.status_code == 201, created.text
+    episode_id = str(created.json()["id"])
+    episodes.wait_ready(episode_id)
+    cluster_script.enable_exec(
+        cluster_script.Paths(cluster_script.STATE_DIR), namespace, f"{episode_id}-sandbox"
+    )  # type: ignore[attr-defined]
+    return episode_id
+
+
+def timed_exec(http: httpx.Client, token: str, episode_id: str, argv: list[str]) -> tuple[int, float]:
+    started = time.monotonic()
+    answer = http.post(
+        f"/v1/episodes/{episode_id}/exec", json={"argv": argv}, headers={"Authorization": f"Bearer {token}"}
+    )
+    return answer.status_code, time.monotonic() - started
+
+
+def test_a_host_flooding_the_broker_is_capped_and_another_host_keeps_working(
+    http: httpx.Client,
+    host_token: str,
+    cluster: Cluster,
+    operator: OperatorProcess,
+    hosts: Hosts,
+    api_client: client.ApiClient,
+    core: client.CoreV1Api,
+    namespace: str,
+) -> None:
+    if not cluster.local:
+        pytest.skip("kwok's exec (a local process per pod) runs the commands")
+    _, attacker = sample()
+    attacker["metadata"] = {"name": "flooder"}
+    attacker["spec"]["storage"]["workspace"]["subPath"] = "workspaces/flooder"
+    apply(cluster, namespace, attacker)
+    hosts.wait_reason("flooder", "HostReady")
+    flooder_token = read_token(core, namespace, "flooder-lease")
+    episodes = Episodes(api_client, namespace)
+    victim_episode = sandbox(http, host_token, cluster, namespace, episodes)
+    flood_episode = sandbox(http, flooder_token, cluster, namespace, episodes)
+    quiet = [timed_exec(http, host_token, victim_episode, ["true"])[1] for _ in range(5)]
+    with ThreadPoolExecutor(FLOOD + 4) as pool:
+        flood = [
+            pool.submit(timed_exec, http, flooder_token, flood_episode, ["sleep", "4"]) for _ in range(FLOOD)
+        ]
+        time.sleep(1)  # the flood is in flight
+        during = [timed_exec(http, host_token, victim_episode, ["true"]) for _ in range(5)]
+        answers = [f.result()[0] for f in flood]
+    cap = BrokerSettings().max_calls_per_host
+    assert answers.count(200) <= cap, answers
+    assert answers.count(429) >= FLOOD - cap, answers
+    assert all(code == 200 for code, _ in during), during
+    print(
+        f"victim exec p50 {statistics.median(quiet):.3f} s quiet, "
+        f"{statistics.median(s for _, s in during):.3f} s during a flood of {FLOOD} from another host "
+        f"({answers.count(200)} served, {answers.count(429)} refused with 429)"
+    )
