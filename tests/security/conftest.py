@@ -9,10 +9,14 @@ tests/node); admission and API-level attacks run against the shared operator on 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
+import httpx
 import pytest
 from kubernetes import client
 
 from gymsandbox.api.names import GROUP
+from tests.cluster_fixtures import BrokerProcess
 from tests.node.conftest import real_node  # noqa: F401 - attacks needing real containers
 
 
@@ -23,6 +27,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 ATTACKER_B = "attacker-b"
+FLOOD = 48  # concurrent calls from one host in test_broker_flood.py: more than its share
+
+
+@pytest.fixture
+def http(broker: BrokerProcess) -> Iterator[httpx.Client]:
+    """A client of the session's broker, with connections enough for a flood."""
+    with httpx.Client(
+        base_url=broker.url, timeout=60, limits=httpx.Limits(max_connections=FLOOD + 8)
+    ) as session:
+        yield session
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -15,42 +14,18 @@ import pytest
 from kubernetes import client
 
 from gymsandbox.broker.service import BrokerSettings
-from tests.cluster_fixtures import BrokerProcess, Cluster, OperatorProcess, cluster_script
-from tests.integration.episodes import EPISODE_IMAGE, Episodes
+from tests.cluster_fixtures import Cluster, OperatorProcess
+from tests.integration.episodes import Episodes
 from tests.integration.gymhosts import Hosts, apply, read_token, sample
+from tests.security.broker_calls import bearer, ready_episode
+from tests.security.conftest import FLOOD
 
 pytestmark = pytest.mark.integration
-
-FLOOD = 48  # more than one host's share
-
-
-@pytest.fixture
-def http(broker: BrokerProcess) -> Iterator[httpx.Client]:
-    limits = httpx.Limits(max_connections=FLOOD + 8)
-    with httpx.Client(base_url=broker.url, timeout=60, limits=limits) as session:
-        yield session
-
-
-def sandbox(http: httpx.Client, token: str, cluster: Cluster, namespace: str, episodes: Episodes) -> str:
-    created = http.post(
-        "/v1/episodes",
-        json={"rolloutId": "r-1", "image": EPISODE_IMAGE},
-        headers={"Authorization": f"Bearer {token}"},
-    )
-    assert created.status_code == 201, created.text
-    episode_id = str(created.json()["id"])
-    episodes.wait_ready(episode_id)
-    cluster_script.enable_exec(
-        cluster_script.Paths(cluster_script.STATE_DIR), namespace, f"{episode_id}-sandbox"
-    )  # type: ignore[attr-defined]
-    return episode_id
 
 
 def timed_exec(http: httpx.Client, token: str, episode_id: str, argv: list[str]) -> tuple[int, float]:
     started = time.monotonic()
-    answer = http.post(
-        f"/v1/episodes/{episode_id}/exec", json={"argv": argv}, headers={"Authorization": f"Bearer {token}"}
-    )
+    answer = http.post(f"/v1/episodes/{episode_id}/exec", json={"argv": argv}, headers=bearer(token))
     return answer.status_code, time.monotonic() - started
 
 
@@ -73,8 +48,8 @@ def test_a_host_flooding_the_broker_is_capped_and_another_host_keeps_working(
     hosts.wait_reason("flooder", "HostReady")
     flooder_token = read_token(core, namespace, "flooder-lease")
     episodes = Episodes(api_client, namespace)
-    victim_episode = sandbox(http, host_token, cluster, namespace, episodes)
-    flood_episode = sandbox(http, flooder_token, cluster, namespace, episodes)
+    victim_episode = ready_episode(http, host_token, episodes, kwok_exec=True)
+    flood_episode = ready_episode(http, flooder_token, episodes, kwok_exec=True)
     quiet = [timed_exec(http, host_token, victim_episode, ["true"])[1] for _ in range(5)]
     with ThreadPoolExecutor(FLOOD + 4) as pool:
         flood = [

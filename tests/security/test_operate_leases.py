@@ -3,33 +3,22 @@ revoked, and a revocation ends every lease granted so far (a leaked co-worker's 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import httpx
 import pytest
 from kubernetes import client
 
 from gymsandbox.broker.service import MAX_OPERATE_LEASES
-from tests.cluster_fixtures import BrokerProcess
-from tests.integration.episodes import EPISODE_IMAGE, Episodes
+from tests.integration.episodes import Episodes
+from tests.security.broker_calls import bearer, ready_episode
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def http(broker: BrokerProcess) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=broker.url, timeout=30) as session:
-        yield session
 
 
 def test_operate_leases_are_capped_and_a_revocation_ends_them_all(
     http: httpx.Client, host_token: str, api_client: client.ApiClient, namespace: str
 ) -> None:
-    host = {"Authorization": f"Bearer {host_token}"}
-    created = http.post("/v1/episodes", json={"rolloutId": "r-1", "image": EPISODE_IMAGE}, headers=host)
-    assert created.status_code == 201, created.text
-    episode_id = created.json()["id"]
-    Episodes(api_client, namespace).wait_ready(episode_id)
+    host = bearer(host_token)
+    episode_id = ready_episode(http, host_token, Episodes(api_client, namespace))
     leases = f"/v1/episodes/{episode_id}/leases"
     granted = [http.post(leases, json={}, headers=host) for _ in range(MAX_OPERATE_LEASES)]
     assert [g.status_code for g in granted] == [201] * MAX_OPERATE_LEASES

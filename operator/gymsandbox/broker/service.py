@@ -251,16 +251,9 @@ class BrokerService:
             )
         pod = await self._ready_pod(caller, episode_id, rollout)
         started = time.time()
-        async with self.slots.hold(caller):
-            outcome = await run_in_threadpool(
-                self.state.backend.exec,
-                caller.namespace,
-                pod,
-                EPISODE_CONTAINER_NAME,
-                command_line(body),
-                timeout=body.timeout_seconds,
-                max_output=body.max_output_bytes,
-            )
+        outcome = await self._in_sandbox(
+            caller, pod, command_line(body), timeout=body.timeout_seconds, max_output=body.max_output_bytes
+        )
         raise_if_tool_missing(outcome)
         if outcome.exit_code >= KILLED_BY_SIGNAL and await run_in_threadpool(
             self.state.backend.pod_went_away, caller.namespace, pod, started
@@ -364,6 +357,29 @@ class BrokerService:
             raise BrokerError("conflict", f"episode {episode_id} has no sandbox of its own to use: {refusal}")
         return name
 
+    async def _in_sandbox(
+        self,
+        caller: Caller,
+        pod: str,
+        argv: list[str],
+        *,
+        timeout: float,
+        max_output: int,
+        stdin: bytes | None = None,
+    ) -> ExecOutcome:
+        """Every command and transfer goes through here, within the caller's host's share of calls."""
+        async with self.slots.hold(caller):
+            return await run_in_threadpool(
+                self.state.backend.exec,
+                caller.namespace,
+                pod,
+                EPISODE_CONTAINER_NAME,
+                argv,
+                timeout=timeout,
+                max_output=max_output,
+                stdin=stdin,
+            )
+
     async def _run(
         self,
         caller: Caller,
@@ -374,17 +390,14 @@ class BrokerService:
         max_output: int | None = None,
     ) -> ExecOutcome:
         settings = self.state.settings
-        async with self.slots.hold(caller):
-            outcome = await run_in_threadpool(
-                self.state.backend.exec,
-                caller.namespace,
-                pod,
-                EPISODE_CONTAINER_NAME,
-                argv,
-                timeout=settings.transfer_timeout_seconds,
-                max_output=max_output or settings.max_transfer_bytes,
-                stdin=stdin,
-            )
+        outcome = await self._in_sandbox(
+            caller,
+            pod,
+            argv,
+            timeout=settings.transfer_timeout_seconds,
+            max_output=max_output or settings.max_transfer_bytes,
+            stdin=stdin,
+        )
         self.telemetry.moved("transfer", len(stdin or b""), len(outcome.stdout))
         raise_if_tool_missing(outcome)
         if outcome.exit_code == EXIT_UNREACHABLE or outcome.timed_out:

@@ -1,0 +1,27 @@
+"""Calls the security tier makes to the broker, as a host does."""
+
+from __future__ import annotations
+
+import httpx
+
+from tests.cluster_fixtures import cluster_script
+from tests.integration.episodes import EPISODE_IMAGE, Episodes
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def ready_episode(http: httpx.Client, token: str, episodes: Episodes, *, kwok_exec: bool = False) -> str:
+    """A new episode under the token's host, Ready; with `kwok_exec`, its pod runs commands as kwok's local
+    processes (in a directory of its own: `cluster.py enable_exec`)."""
+    created = http.post(
+        "/v1/episodes", json={"rolloutId": "r-1", "image": EPISODE_IMAGE}, headers=bearer(token)
+    )
+    assert created.status_code == 201, created.text
+    episode_id = str(created.json()["id"])
+    episodes.wait_ready(episode_id)
+    if kwok_exec:
+        paths = cluster_script.Paths(cluster_script.STATE_DIR)  # type: ignore[attr-defined]
+        cluster_script.enable_exec(paths, episodes.namespace, f"{episode_id}-sandbox")  # type: ignore[attr-defined]
+    return episode_id
