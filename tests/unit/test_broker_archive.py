@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import bz2
+import gzip
 import io
+import lzma
 import tarfile
+from collections.abc import Callable
 
 import pytest
 
-from gymsandbox.broker.archive import check_archive, sandbox_path
+from gymsandbox.broker.archive import MAX_MEMBERS, check_archive, sandbox_path
 from gymsandbox.broker.errors import BrokerError
 
 
@@ -94,3 +98,23 @@ def test_garbage_is_not_an_archive(data: bytes) -> None:
     with pytest.raises(BrokerError) as refused:
         check_archive(data, max_bytes=1024)
     assert refused.value.code == "invalid_request"
+
+
+@pytest.mark.parametrize("compress", [gzip.compress, bz2.compress, lzma.compress])
+def test_a_compressed_archive_is_refused_unread(compress: Callable[[bytes], bytes]) -> None:
+    """Nothing is decompressed: a small upload cannot unpack to a bomb."""
+    with pytest.raises(BrokerError, match="the archive is compressed; upload a plain tar") as refused:
+        check_archive(compress(tar_of(("a", b"x", "file"))), max_bytes=1024)
+    assert refused.value.code == "invalid_request"
+
+
+def test_a_plain_tar_whose_first_name_looks_like_a_magic_number_is_still_read() -> None:
+    assert check_archive(tar_of(("BZh-notes.txt", b"x", "file")), max_bytes=1024).members == 1
+
+
+def test_reading_stops_at_the_first_member_past_the_limits() -> None:
+    too_many = tar_of(*[(f"f{i}", b"", "file") for i in range(MAX_MEMBERS + 1)])
+    with pytest.raises(BrokerError, match=f"over {MAX_MEMBERS} members"):
+        check_archive(too_many, max_bytes=1024)
+    with pytest.raises(BrokerError, match="more than 1024 bytes, the limit"):
+        check_archive(tar_of(("big", b"x" * 2048, "file"), ("bad", "/etc", "symlink")), max_bytes=1024)

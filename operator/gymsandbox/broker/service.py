@@ -450,7 +450,7 @@ class BrokerService:
         """Unpack a tar into `path`, replacing it whole; a refused or failed upload leaves nothing behind."""
         caller = await self.caller(authorization)
         target = sandbox_path(path)
-        check_archive(data, self.state.settings.max_transfer_bytes)
+        await run_in_threadpool(check_archive, data, self.state.settings.max_transfer_bytes)
         pod = await self._ready_pod(caller, episode_id, rollout)
         outcome = await self._run(
             caller, pod, ["sh", "-c", WRITE_DIRECTORY, "sh", target, str(len(data))], stdin=data
