@@ -100,7 +100,12 @@ def values_schema() -> Schema:
                     }
                 ),
                 "broker": _closed(
-                    {"replicas": {"type": "integer", "minimum": 1}, "port": _PORT, **_pod_placement()}
+                    {
+                        "replicas": {"type": "integer", "minimum": 1},
+                        "port": _PORT,
+                        "execPolicy": _closed({"enabled": {"type": "boolean"}}),
+                        **_pod_placement(),
+                    }
                 ),
                 "metrics": _closed(
                     {

@@ -52,7 +52,7 @@ def gymhost(claim: str) -> dict[str, Any]:
             "storage": {
                 "claimName": claim,
                 "environment": {"subPath": "environments/e2e", "mountPath": "/env"},
-                "workspace": {"subPath": f"workspaces/{HOST_NAME}", "mountPath": "/workspace"},
+                "workspace": {"mountPath": "/workspace"},
             },
             "resources": {"cpu": "100m", "memory": "64Mi", "ephemeralStorage": "64Mi"},
             "lifetime": {"ttlSeconds": 1800, "expiryPolicy": "Delete"},

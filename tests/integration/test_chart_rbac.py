@@ -135,6 +135,33 @@ def test_the_broker_cannot_read_lease_secrets_or_touch_pods(
     )
 
 
+def _exec_refusal(core: client.CoreV1Api, namespace: str, pod: str, container: str) -> tuple[int, str]:
+    """What the API server answers the broker's exec, before any kubelet is asked (admission comes first)."""
+    with pytest.raises(client.exceptions.ApiException) as caught:
+        core.connect_post_namespaced_pod_exec(pod, namespace, command=["true"], container=container)
+    return caught.value.status, str(caught.value.body)
+
+
+def test_the_broker_cannot_exec_into_anything_but_a_sandbox_container(
+    identities: Identities, namespace: str, ready_host: str
+) -> None:
+    """RBAC grants the broker pods/exec everywhere; the chart's ValidatingAdmissionPolicy confines it to the
+    sandbox container of pods named as episode pods, outside the release and kube-* namespaces."""
+    core = client.CoreV1Api(_api(identities.broker))
+    denied = "the gymsandbox broker may exec only into the sandbox container of an episode pod"
+    for target_namespace, pod, container in [
+        (namespace, f"{ready_host}-host", "gym"),  # a host pod
+        (namespace, "lookalike-sandbox", "gym"),  # the name of a sandbox pod, another container
+        (OPERATOR_NAMESPACE, "lookalike-sandbox", "sandbox"),  # the release's own namespace
+        ("kube-system", "lookalike-sandbox", "sandbox"),
+    ]:
+        status, body = _exec_refusal(core, target_namespace, pod, container)
+        assert (status, denied in body) == (403, True), (target_namespace, pod, container, body)
+    # A sandbox container passes admission: what stops it here is only that no such pod exists.
+    status, body = _exec_refusal(core, namespace, "lookalike-sandbox", "sandbox")
+    assert (status, denied in body) == (404, False), body
+
+
 def test_the_operator_cannot_exec_or_grant_itself_more(
     identities: Identities, namespace: str, ready_host: str
 ) -> None:

@@ -26,7 +26,11 @@ REFUSED_BY_API_SERVER: dict[str, tuple[dict[str, Any], str]] = {
     "missing-rollout-id": ({"rolloutId": None}, "spec.rolloutId"),
     "bad-rollout-id": ({"rolloutId": "has spaces"}, "spec.rolloutId"),
     "relative-workdir": ({"workdir": "tmp"}, "spec.workdir"),
-    "workspace-dot-dot": ({"workspace": {"subPath": "workspaces/../environments"}}, "spec.workspace.subPath"),
+    "workspace-sub-path": (
+        {"workspace": {"subPath": "environments/swe-env-1.4.2"}},
+        'unknown field "spec.workspace.subPath"',
+    ),
+    "relative-workspace-mount": ({"workspace": {"mountPath": "work"}}, "spec.workspace.mountPath"),
     "ttl-zero": ({"lifetime": {"ttlSeconds": 0}}, "spec.lifetime.ttlSeconds"),
     "bad-quantity": ({"resources": {"memory": "lots"}}, "spec.resources.memory"),
     "egress-wildcard": ({"egress": {"allow": ["*.example.com:443"]}}, "spec.egress.allow[0]"),
@@ -52,11 +56,6 @@ REFUSED_BY_OPERATOR: dict[str, tuple[dict[str, Any], str, str]] = {
     ),
     "egress-other-port": ({"egress": {"allow": ["203.0.113.5:80"]}}, "EgressNotSubset", "203.0.113.5:80"),
     "egress-private": ({"egress": {"allow": ["10.0.0.1:443"]}}, "EgressInvalid", "10.0.0.1"),
-    "workspace-outside-host": (
-        {"workspace": {"subPath": "environments/swe-env-1.4.2"}},
-        "WorkspaceOutsideHost",
-        "environments/swe-env-1.4.2",
-    ),
 }
 
 

@@ -162,7 +162,7 @@ def test_episode_children_are_restricted_and_owned(
             user=4242,
             workdir="/workspace",
             env=[{"name": "TASK", "value": "t1"}],
-            workspace={"subPath": "workspaces/swe-gym-run-1/ep-tidy", "mountPath": "/workspace"},
+            workspace={"mountPath": "/workspace"},
             egress={"allow": ["203.0.113.7:443"]},
             labels={"team": "rl"},
         )
@@ -175,8 +175,10 @@ def test_episode_children_are_restricted_and_owned(
     container = pod.spec.containers[0]
     assert container.working_dir == "/workspace"
     assert container.security_context.capabilities.drop == ["ALL"]
+    tidy = episodes.get("tidy") or {}
+    host_uid, own_uid = tidy["metadata"]["ownerReferences"][0]["uid"], tidy["metadata"]["uid"]
     assert [(m.mount_path, m.sub_path) for m in container.volume_mounts] == [
-        ("/workspace", "workspaces/swe-gym-run-1/ep-tidy")
+        ("/workspace", f".gymsandbox/hosts/{host_uid}/episodes/{own_uid}")
     ]
     assert pod.metadata.labels["user.gymsandbox.dev/team"] == "rl"
     assert "team" not in pod.metadata.labels
@@ -184,7 +186,6 @@ def test_episode_children_are_restricted_and_owned(
     policy = client.NetworkingV1Api(core.api_client).read_namespaced_network_policy("tidy-egress", namespace)
     cidrs = [block.ip_block.cidr for rule in policy.spec.egress for block in rule.to if block.ip_block]
     assert cidrs == ["203.0.113.7/32"]
-    tidy = episodes.get("tidy") or {}
     assert tidy["metadata"]["ownerReferences"][0]["kind"] == "GymHost"
 
 

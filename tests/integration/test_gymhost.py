@@ -50,7 +50,9 @@ def test_pod_runs_in_the_profile_runtime_with_sub_path_mounts_and_restricted_sec
     container = spec.containers[0]
     mounts = {m.mount_path: (m.sub_path, bool(m.read_only)) for m in container.volume_mounts}
     assert mounts["/env"] == ("environments/swe-env-1.4.2", True)
-    assert mounts["/workspace"] == ("workspaces/swe-gym-run-1", False)
+    uid = pod.metadata.owner_references[0].uid
+    assert mounts["/workspace"] == (f".gymsandbox/hosts/{uid}/workspace", False)
+    assert mounts["/episodes"] == (f".gymsandbox/hosts/{uid}/episodes", True)
     security = container.security_context
     assert security.allow_privilege_escalation is False
     assert security.capabilities.drop == ["ALL"]

@@ -19,20 +19,25 @@ NAME = "swe-gym-run-1"
 
 # (spec changes, words the API server's refusal must contain)
 REFUSED_BY_API_SERVER: dict[str, tuple[dict[str, Any], str]] = {
-    "equal-sub-paths": (
-        {"spec.storage.workspace.subPath": "environments/swe-env-1.4.2"},
-        "environment.subPath and workspace.subPath must differ",
-    ),
-    "nested-sub-paths": (
-        {"spec.storage.workspace.subPath": "environments/swe-env-1.4.2/ws"},
-        "neither may contain the other",
+    # where the workspace lies on the claim is the operator's choice: a spec that names it is refused
+    "workspace-sub-path": (
+        {"spec.storage.workspace.subPath": "workspaces/other-run"},
+        'unknown field "spec.storage.workspace.subPath"',
     ),
     "dot-dot-sub-path": (
-        {"spec.storage.workspace.subPath": "workspaces/../environments"},
-        "spec.storage.workspace.subPath",
+        {"spec.storage.environment.subPath": "environments/../.gymsandbox"},
+        "spec.storage.environment.subPath",
+    ),
+    "reserved-sub-path": (
+        {"spec.storage.environment.subPath": ".gymsandbox/hosts"},
+        "spec.storage.environment.subPath",
     ),
     "absolute-sub-path": ({"spec.storage.environment.subPath": "/etc"}, "spec.storage.environment.subPath"),
     "equal-mount-paths": ({"spec.storage.workspace.mountPath": "/env"}, "mountPaths must be distinct"),
+    "nested-mount-paths": (
+        {"spec.storage.workspace.episodesMountPath": "/workspace/episodes"},
+        "none may contain another",
+    ),
     "host-without-port": ({"spec.egress.allow": ["api.example.com"]}, "spec.egress.allow[0]"),
     "port-zero": ({"spec.egress.allow": ["api.example.com:0"]}, "spec.egress.allow[0]"),
     "port-70000": ({"spec.egress.allow": ["api.example.com:70000"]}, "spec.egress.allow[0]"),
@@ -154,7 +159,7 @@ def test_runtime_and_storage_cannot_change(
     hosts.wait_reason(NAME, "HostReady")
     for path, value, message in [
         ("spec.runtime", "crun", "runtime is immutable"),
-        ("spec.storage.workspace.subPath", "workspaces/other", "storage is immutable"),
+        ("spec.storage.workspace.episodesMountPath", "/other", "storage is immutable"),
     ]:
         changed = _bad_sample({path: value})[1]
         result = apply(cluster, namespace, changed, check=False)

@@ -150,7 +150,7 @@ def node_host(name: str, runtime: str, **spec: Any) -> dict[str, Any]:
             "storage": {
                 "claimName": "gym-storage",
                 "environment": {"subPath": ENVIRONMENT, "mountPath": "/env"},
-                "workspace": {"subPath": f"workspaces/{name}", "mountPath": "/workspace"},
+                "workspace": {"mountPath": "/workspace"},
             },
             "egress": {"allow": []},
             "resources": {"cpu": "100m", "memory": "256Mi", "ephemeralStorage": "1Gi"},

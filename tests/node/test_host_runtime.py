@@ -88,8 +88,19 @@ def test_workspace_is_writable_and_the_file_lands_on_the_volume(
         cluster, running_host, "echo result-42 > /workspace/result.txt && cat /workspace/result.txt"
     )
     assert (code, out) == (0, "result-42")
-    on_volume = running_host.volume.path / "workspaces" / running_host.name / "result.txt"
-    assert on_volume.read_text() == "result-42\n"
+    sub_path = str(running_host.status["workspaceSubPath"])
+    assert (running_host.volume.path / sub_path / "result.txt").read_text() == "result-42\n"
+
+
+def test_episodes_workspaces_are_read_only_to_the_host(running_host: RunningHost, cluster: Cluster) -> None:
+    """The host cannot create anything where its episodes' workspaces appear: no symlink planted there can
+    redirect an episode's mount."""
+    code, out = sh(cluster, running_host, "ln -s ../workspace /episodes/planted")
+    assert code != 0
+    assert "Read-only file system" in out or "Permission denied" in out, out
+    episodes_dir = running_host.volume.path / str(running_host.status["episodesSubPath"])
+    assert episodes_dir.is_dir()
+    assert not (episodes_dir / "planted").is_symlink()
 
 
 def test_root_filesystem_is_read_only(running_host: RunningHost, cluster: Cluster) -> None:

@@ -43,7 +43,6 @@ def test_a_host_flooding_the_broker_is_capped_and_another_host_keeps_working(
         pytest.skip("kwok's exec (a local process per pod) runs the commands")
     _, attacker = sample()
     attacker["metadata"] = {"name": "flooder"}
-    attacker["spec"]["storage"]["workspace"]["subPath"] = "workspaces/flooder"
     apply(cluster, namespace, attacker)
     hosts.wait_reason("flooder", "HostReady")
     flooder_token = read_token(core, namespace, "flooder-lease")

@@ -24,7 +24,6 @@ VICTIM = "swe-gym-run-1"
 def attacker_host(name: str, **spec: Any) -> dict[str, Any]:
     _, host = sample()
     host["metadata"] = {"name": name}
-    host["spec"]["storage"]["workspace"]["subPath"] = f"workspaces/{name}"
     host["spec"].update(spec)
     return host
 

@@ -43,7 +43,7 @@ def manifest(**changes: Any) -> dict[str, Any]:
         "storage": {
             "claimName": "gym-data",
             "environment": {"subPath": "envs/chess", "mountPath": "/env"},
-            "workspace": {"subPath": "runs/42", "mountPath": "/workspace"},
+            "workspace": {"mountPath": "/workspace"},
         },
         "resources": {"cpu": "2", "memory": "4Gi", "ephemeralStorage": "5Gi"},
         "lifetime": {"ttlSeconds": 3600},

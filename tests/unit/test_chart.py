@@ -13,6 +13,7 @@ import yaml
 from gymsandbox import __version__
 from gymsandbox.broker.server import SIGNING_KEY_WAIT_SECONDS
 from gymsandbox.chartschema import render_values_schema
+from gymsandbox.desired.pod import EPISODE_CONTAINER_NAME, EPISODE_POD_SUFFIX
 from gymsandbox.leases import SIGNING_KEY_SECRET
 from gymsandbox.policy.cluster import load_policy
 
@@ -222,6 +223,26 @@ def test_the_broker_may_read_only_the_signing_key_in_its_namespace() -> None:
     assert role["rules"] == [
         {"apiGroups": [""], "resources": ["secrets"], "resourceNames": [SIGNING_KEY_SECRET], "verbs": ["get"]}
     ]
+
+
+def test_the_broker_exec_policy_names_the_operators_sandbox_pods_and_binds_as_deny() -> None:
+    rendered = objects(template())
+    policy = rendered["ValidatingAdmissionPolicy", f"{RELEASE}-broker-exec"]
+    (condition,) = policy["spec"]["matchConditions"]
+    assert condition["expression"] == (
+        f'request.userInfo.username == "system:serviceaccount:{NAMESPACE}:{RELEASE}-broker"'
+    )
+    (validation,) = policy["spec"]["validations"]
+    assert f"request.name.endsWith('-{EPISODE_POD_SUFFIX}')" in validation["expression"]
+    assert f"object.container == '{EPISODE_CONTAINER_NAME}'" in validation["expression"]
+    assert f"request.namespace != '{NAMESPACE}'" in validation["expression"]
+    binding = rendered["ValidatingAdmissionPolicyBinding", f"{RELEASE}-broker-exec"]
+    assert binding["spec"] == {"policyName": f"{RELEASE}-broker-exec", "validationActions": ["Deny"]}
+
+
+def test_the_broker_exec_policy_can_be_turned_off(tmp_path: Path) -> None:
+    rendered = objects(template({"broker": {"execPolicy": {"enabled": False}}}, tmp_path))
+    assert not [key for key in rendered if key[0].startswith("ValidatingAdmissionPolicy")]
 
 
 def test_no_role_grants_wildcards_or_escalation() -> None:

@@ -240,12 +240,13 @@ def rules(node: dict[str, Any]) -> list[str]:
     return [rule["rule"] for rule in node.get("x-kubernetes-validations", [])]
 
 
-def test_storage_rules_keep_sub_paths_apart_and_mount_paths_distinct() -> None:
-    storage_rules = rules(SPEC["properties"]["storage"])
+def test_storage_rule_covers_every_mount_path_and_no_spec_names_the_workspace() -> None:
+    storage = SPEC["properties"]["storage"]
+    (rule,) = rules(storage)
 
-    assert len(storage_rules) == 2
-    assert "self.environment.subPath != self.workspace.subPath" in storage_rules[0]
-    assert "self.environment.mountPath != self.workspace.mountPath" in storage_rules[1]
+    for mount in ("environment", "workspace", "workspace.episodesMountPath", "dataset"):
+        assert f"self.{mount}" in rule
+    assert "subPath" not in storage["properties"]["workspace"]["properties"]
 
 
 def test_env_items_refuse_credential_names_and_the_reserved_prefix() -> None:
@@ -295,7 +296,7 @@ def test_every_string_and_list_a_cel_rule_can_reach_is_bounded() -> None:
         (".spec.egress.allow[]", "pattern", EGRESS_ENTRY_PATTERN),
         (".spec.egress.allow", "maxItems", 64),
         (".spec.egress.modelEndpoints[]", "pattern", MODEL_ENDPOINT_PATTERN),
-        (".spec.storage.workspace.subPath", "pattern", SUB_PATH_PATTERN),
+        (".spec.storage.environment.subPath", "pattern", SUB_PATH_PATTERN),
         (".spec.resources.memory", "pattern", QUANTITY_PATTERN),
         (".spec.port", "minimum", 1),
         (".spec.port", "maximum", 65535),

@@ -21,21 +21,21 @@ from gymsandbox.desired.networkpolicy import (
     episode_egress_rules,
 )
 from gymsandbox.desired.owner import TEMPLATE_HASH_ANNOTATION, Owner, template_hash
-from gymsandbox.desired.pod import episode_pod
+from gymsandbox.desired.pod import EpisodeHost, episode_pod
 from gymsandbox.policy.cluster import ClusterPolicy, RuntimeProfile, load_policy
 from gymsandbox.policy.egress import ResolvedTarget
 
 EXAMPLE_POLICY = Path(__file__).resolve().parents[2] / "examples" / "policy.yaml"
 OWNER = Owner(kind="EpisodeSandbox", name="ep-0001", namespace="evals", uid="uid-ep-1")
 
-HOST = GymHostSpec.model_validate(
+HOST_SPEC = GymHostSpec.model_validate(
     {
         "image": "registry.example.com/gym/swe-env:1.4.2",
         "runtime": "kata",
         "storage": {
             "claimName": "gym-storage",
             "environment": {"subPath": "environments/swe-env-1.4.2", "mountPath": "/env"},
-            "workspace": {"subPath": "workspaces/swe-gym-run-1", "mountPath": "/workspace"},
+            "workspace": {"mountPath": "/workspace"},
         },
         "egress": {"allow": ["203.0.113.0/24:443"], "modelEndpoints": ["https://models.example.com/v1"]},
         "envFrom": [{"secretRef": {"name": "openai-credentials"}}],
@@ -46,6 +46,7 @@ HOST = GymHostSpec.model_validate(
         },
     }
 )
+HOST = EpisodeHost("uid-host-1", HOST_SPEC)
 # examples/episode.yaml
 EPISODE: dict[str, Any] = {
     "hostRef": {"name": "swe-gym-run-1"},
@@ -58,7 +59,7 @@ EPISODE: dict[str, Any] = {
     "env": [{"name": "TASK_ID", "value": "django__django-11099"}, {"name": "EMPTY", "value": ""}],
     "resources": {"cpu": "500m", "memory": "1Gi", "ephemeralStorage": "2Gi"},
     "lifetime": {"ttlSeconds": 900},
-    "workspace": {"subPath": "workspaces/swe-gym-run-1/ep-0001", "mountPath": "/work"},
+    "workspace": {"mountPath": "/work"},
     "egress": {"allow": ["models.example.com:443"]},
     "labels": {"team": "rl", "app": "gymsandbox-broker", "component": "x"},
 }
@@ -291,9 +292,10 @@ def test_default_resources_are_requested_and_limited(kata: RuntimeProfile) -> No
 # --- workspace ------------------------------------------------------------------------------------
 
 
-def test_workspace_is_mounted_read_write_at_its_sub_path(kata: RuntimeProfile) -> None:
+def test_workspace_is_mounted_read_write_at_the_episodes_own_directory(kata: RuntimeProfile) -> None:
     (mount,) = container(kata)["volumeMounts"]
-    assert (mount["mountPath"], mount["subPath"]) == ("/work", "workspaces/swe-gym-run-1/ep-0001")
+    sub_path = ".gymsandbox/hosts/uid-host-1/episodes/uid-ep-1"
+    assert (mount["mountPath"], mount["subPath"]) == ("/work", sub_path)
     assert mount.get("readOnly", False) is False
 
 

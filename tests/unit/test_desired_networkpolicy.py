@@ -138,7 +138,7 @@ def test_policy_pod_selector_equals_the_service_selector(example_policy: Cluster
             "storage": {
                 "claimName": "gym-storage",
                 "environment": {"subPath": "env", "mountPath": "/env"},
-                "workspace": {"subPath": "ws", "mountPath": "/workspace"},
+                "workspace": {"mountPath": "/workspace"},
             },
         }
     )

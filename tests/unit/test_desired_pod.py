@@ -28,7 +28,7 @@ BASE_SPEC: dict[str, Any] = {
     "storage": {
         "claimName": "gym-storage",
         "environment": {"subPath": "environments/swe-env-1.4.2", "mountPath": "/env"},
-        "workspace": {"subPath": "workspaces/swe-gym-run-1", "mountPath": "/workspace"},
+        "workspace": {"mountPath": "/workspace"},
         "dataset": {"claimName": "datasets", "subPath": "swe-bench/verified", "mountPath": "/data"},
     },
     "egress": {"allow": ["203.0.113.0/24:443"], "modelEndpoints": ["https://models.example.com/v1"]},
@@ -252,13 +252,32 @@ def test_environment_sub_path_is_mounted_read_only(policy: ClusterPolicy) -> Non
     assert (mount["subPath"], mount["readOnly"]) == ("environments/swe-env-1.4.2", True)
 
 
-def test_workspace_sub_path_is_mounted_read_write(policy: ClusterPolicy) -> None:
+def test_workspace_is_mounted_read_write_from_the_hosts_own_tree(policy: ClusterPolicy) -> None:
     mount = mount_at(policy, "/workspace")
-    assert (mount["subPath"], mount["readOnly"]) == ("workspaces/swe-gym-run-1", False)
+    assert (mount["subPath"], mount["readOnly"]) == (".gymsandbox/hosts/uid-1/workspace", False)
 
 
-def test_environment_and_workspace_come_from_the_storage_claim(policy: ClusterPolicy) -> None:
-    names = {mount_at(policy, "/env")["name"], mount_at(policy, "/workspace")["name"]}
+def test_episodes_workspaces_are_mounted_read_only_where_the_spec_says(policy: ClusterPolicy) -> None:
+    mount = mount_at(policy, "/episodes")
+    assert (mount["subPath"], mount["readOnly"]) == (".gymsandbox/hosts/uid-1/episodes", True)
+    moved = make_spec(**{"storage.workspace.episodesMountPath": "/runs"})
+    assert [m["mountPath"] for m in container(policy, moved)["volumeMounts"] if m["readOnly"]] == [
+        "/env",
+        "/runs",
+        "/data",
+    ]
+
+
+def test_no_spec_field_reaches_a_writable_sub_path(policy: ClusterPolicy) -> None:
+    """Whatever a spec says, the one sub-path mounted writable is in the operator's tree, keyed by uid."""
+    writable = [
+        m["subPath"] for m in container(policy)["volumeMounts"] if "subPath" in m and not m["readOnly"]
+    ]
+    assert writable == [".gymsandbox/hosts/uid-1/workspace"]
+
+
+def test_environment_and_workspaces_come_from_the_storage_claim(policy: ClusterPolicy) -> None:
+    names = {mount_at(policy, path)["name"] for path in ("/env", "/workspace", "/episodes")}
     assert len(names) == 1
     assert volume(policy, names.pop())["persistentVolumeClaim"] == {"claimName": "gym-storage"}
 

@@ -22,7 +22,7 @@ def make_spec(**changes: Any) -> GymHostSpec:
         "storage": {
             "claimName": "gym-storage",
             "environment": {"subPath": "environments/swe-env", "mountPath": "/env"},
-            "workspace": {"subPath": "workspaces/run-1", "mountPath": "/workspace"},
+            "workspace": {"mountPath": "/workspace"},
         },
         **changes,
     }

@@ -20,7 +20,7 @@ def valid_spec() -> dict[str, Any]:
         "storage": {
             "claimName": "gym-data",
             "environment": {"subPath": "envs/chess", "mountPath": "/env"},
-            "workspace": {"subPath": "runs/42", "mountPath": "/workspace"},
+            "workspace": {"mountPath": "/workspace"},
         },
     }
 
@@ -46,17 +46,21 @@ PATTERN = "String should match pattern"
 
 BAD_INPUTS = [
     # storage
-    ("storage.workspace.subPath", "envs/chess", ("storage",), "must differ"),
-    ("storage.workspace.subPath", "envs/chess/ws", ("storage",), "neither may contain the other"),
-    ("storage.environment.subPath", "runs/42/env", ("storage",), "neither may contain the other"),
-    ("storage.workspace.subPath", "../escape", ("storage", "workspace", "subPath"), PATTERN),
-    ("storage.workspace.subPath", "runs/../../etc", ("storage", "workspace", "subPath"), PATTERN),
-    ("storage.workspace.subPath", "./runs", ("storage", "workspace", "subPath"), PATTERN),
-    ("storage.workspace.subPath", "/etc/passwd", ("storage", "workspace", "subPath"), PATTERN),
-    ("storage.workspace.subPath", "runs//42", ("storage", "workspace", "subPath"), PATTERN),
-    ("storage.workspace.subPath", "", ("storage", "workspace", "subPath"), PATTERN),
+    ("storage.environment.subPath", "../escape", ("storage", "environment", "subPath"), PATTERN),
+    ("storage.environment.subPath", "envs/../../etc", ("storage", "environment", "subPath"), PATTERN),
+    ("storage.environment.subPath", "./envs", ("storage", "environment", "subPath"), PATTERN),
+    ("storage.environment.subPath", "/etc/passwd", ("storage", "environment", "subPath"), PATTERN),
+    ("storage.environment.subPath", "envs//chess", ("storage", "environment", "subPath"), PATTERN),
+    ("storage.environment.subPath", "", ("storage", "environment", "subPath"), PATTERN),
+    # the operator's workspaces tree starts with a dot: no spec can name it
+    ("storage.environment.subPath", ".gymsandbox/hosts", ("storage", "environment", "subPath"), PATTERN),
+    ("storage.workspace.subPath", "runs/42", ("storage", "workspace", "subPath"), "Extra inputs"),
     ("storage.workspace.mountPath", "workspace", ("storage", "workspace", "mountPath"), PATTERN),
     ("storage.workspace.mountPath", "/env", ("storage",), "mountPaths must be distinct"),
+    ("storage.workspace.mountPath", "/env/work", ("storage",), "none may contain another"),
+    ("storage.workspace.mountPath", "/", ("storage",), "none may contain another"),
+    ("storage.workspace.episodesMountPath", "/workspace/", ("storage",), "none may contain another"),
+    ("storage.workspace.episodesMountPath", "/workspace/episodes", ("storage",), "none may contain another"),
     ("storage.claimName", "Gym_Data", ("storage", "claimName"), PATTERN),
     # egress allowlist
     ("egress.allow", ["example.com"], ("egress", "allow", 0), PATTERN),
@@ -200,10 +204,10 @@ def test_kubernetes_quantities_are_accepted(quantity: str) -> None:
     assert GymHostSpec.model_validate(spec_with("resources.memory", quantity)).resources.memory == quantity
 
 
-def test_sibling_sub_paths_sharing_a_prefix_are_accepted() -> None:
-    spec = spec_with("storage.workspace.subPath", "envs/chess-runs")
+def test_sibling_mount_paths_sharing_a_prefix_are_accepted() -> None:
+    spec = spec_with("storage.workspace.episodesMountPath", "/workspace-episodes")
 
-    assert GymHostSpec.model_validate(spec).storage.workspace.sub_path == "envs/chess-runs"
+    assert GymHostSpec.model_validate(spec).storage.workspace.episodes_mount_path == "/workspace-episodes"
 
 
 def test_plain_env_names_are_accepted() -> None:

@@ -106,7 +106,6 @@ def test_conditions_are_admitted_pod_scheduled_ready_in_that_order(case: str) ->
         Reason.TTL_OVER_CAP,
         Reason.EGRESS_INVALID,
         Reason.EGRESS_NOT_SUBSET,
-        Reason.WORKSPACE_OUTSIDE_HOST,
     ],
 )
 def test_refusal_sets_admitted_and_ready_false_with_its_reason_and_message(reason: Reason) -> None:

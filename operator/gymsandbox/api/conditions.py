@@ -37,7 +37,6 @@ class Reason(StrEnum):
     HOST_NOT_FOUND = "HostNotFound"
     HOST_NOT_READY = "HostNotReady"
     EGRESS_NOT_SUBSET = "EgressNotSubset"
-    WORKSPACE_OUTSIDE_HOST = "WorkspaceOutsideHost"
     SANDBOX_READY = "SandboxReady"
     # EgressReady
     EGRESS_APPLIED = "EgressApplied"

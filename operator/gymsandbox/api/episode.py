@@ -11,7 +11,6 @@ from pydantic import ConfigDict, Field, model_validator
 from gymsandbox.api.common import (
     DNS_LABEL_PATTERN,
     MOUNT_PATH_PATTERN,
-    SUB_PATH_PATTERN,
     Conditions,
     Failure,
     Model,
@@ -93,11 +92,9 @@ class EpisodeEgress(Model):
 
 
 class EpisodeWorkspace(Model):
-    sub_path: str = Field(
-        pattern=SUB_PATH_PATTERN,
-        max_length=253,
-        description="Directory in the host's claim, inside the host's workspace sub-path; read-write.",
-    )
+    """A fresh directory for this episode alone, on the host's claim at a place the operator chooses (keyed
+    by the episode's uid); the host reads it under its storage.workspace.episodesMountPath."""
+
     mount_path: str = Field("/workspace", pattern=MOUNT_PATH_PATTERN, max_length=253, description="Where.")
 
 
@@ -154,7 +151,7 @@ class EpisodeSandboxSpec(Model):
         default_factory=EpisodeEgress, description="Network allowlist (subset of host's)."
     )
     workspace: EpisodeWorkspace | None = Field(
-        None, description="Optional read-write directory in the host's claim."
+        None, description="Optional read-write workspace of its own, on the host's claim."
     )
     labels: dict[str, Annotated[str, Field(pattern=LABEL_VALUE_PATTERN, max_length=63)]] = Field(
         default_factory=dict,

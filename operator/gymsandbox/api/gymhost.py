@@ -72,21 +72,43 @@ class DatasetMount(SubPathMount):
     )
 
 
+class HostWorkspace(Model):
+    mount_path: str = Field(
+        pattern=MOUNT_PATH_PATTERN,
+        max_length=253,
+        description="Where the run's workspace is mounted read-write. Its place on the claim is chosen by the"
+        " operator (status.workspaceSubPath), never by the spec: see docs/security.md.",
+    )
+    episodes_mount_path: str = Field(
+        "/episodes",
+        pattern=MOUNT_PATH_PATTERN,
+        max_length=253,
+        description="Where the workspaces of this host's episodes are mounted read-only, one directory per"
+        " episode named by its uid (the broker's episode.workspaceDir).",
+    )
+
+
+_MOUNT_PATHS = (
+    "([self.environment.mountPath, self.workspace.mountPath, self.workspace.episodesMountPath]"
+    " + (has(self.dataset) ? [self.dataset.mountPath] : []))"
+)
+
+
+def nested_mount_paths(paths: list[str]) -> bool:
+    """True when two of `paths` are the same directory or one contains the other."""
+    dirs = [p.rstrip("/") + "/" for p in paths]
+    return any(i != j and b.startswith(a) for i, a in enumerate(dirs) for j, b in enumerate(dirs))
+
+
 class Storage(Model):
     model_config = ConfigDict(
         json_schema_extra={
             "x-kubernetes-validations": [
                 cel(
-                    "self.environment.subPath != self.workspace.subPath"
-                    " && !self.workspace.subPath.startsWith(self.environment.subPath + '/')"
-                    " && !self.environment.subPath.startsWith(self.workspace.subPath + '/')",
-                    "environment.subPath and workspace.subPath must differ and neither may contain the other",
-                ),
-                cel(
-                    "self.environment.mountPath != self.workspace.mountPath"
-                    " && (!has(self.dataset) || (self.dataset.mountPath != self.environment.mountPath"
-                    " && self.dataset.mountPath != self.workspace.mountPath))",
-                    "mountPaths must be distinct",
+                    # For each path a, a itself is the only path equal to a or below it.
+                    f"{_MOUNT_PATHS}.all(a, {_MOUNT_PATHS}.filter(b,"
+                    " b == a || b.startsWith(a.endsWith('/') ? a : a + '/')).size() == 1)",
+                    "mountPaths must be distinct and none may contain another",
                 ),
             ]
         }
@@ -94,21 +116,16 @@ class Storage(Model):
 
     claim_name: DnsSubdomain = Field(description="PersistentVolumeClaim holding environment and workspace.")
     environment: SubPathMount = Field(description="The Gym environment, mounted read-only.")
-    workspace: SubPathMount = Field(description="The run's scratch space, mounted read-write.")
+    workspace: HostWorkspace = Field(description="The run's scratch space, mounted read-write.")
     dataset: DatasetMount | None = Field(None, description="Optional dataset from another claim, read-only.")
 
     @model_validator(mode="after")
     def _distinct(self) -> Storage:
-        env, ws = self.environment.sub_path, self.workspace.sub_path
-        if env == ws or ws.startswith(env + "/") or env.startswith(ws + "/"):
-            raise ValueError(
-                "environment.subPath and workspace.subPath must differ and neither may contain the other"
-            )
-        mounts = [self.environment.mount_path, self.workspace.mount_path]
+        mounts = [self.environment.mount_path, self.workspace.mount_path, self.workspace.episodes_mount_path]
         if self.dataset:
             mounts.append(self.dataset.mount_path)
-        if len(set(mounts)) != len(mounts):
-            raise ValueError("mountPaths must be distinct")
+        if nested_mount_paths(mounts):
+            raise ValueError("mountPaths must be distinct and none may contain another")
         return self
 
 
@@ -240,7 +257,7 @@ class GymHostSpec(Model):
         " Immutable.",
     )
     storage: Storage = Field(
-        description="Volume sub-paths for environment, workspace and dataset. Immutable."
+        description="The environment and dataset sub-paths, and where each mount goes. Immutable."
     )
     egress: Egress = Field(
         default_factory=Egress, description="Network allowlist; everything else is denied."
@@ -294,6 +311,13 @@ class GymHostStatus(Model):
     pod_name: str | None = Field(None, description="The host pod.")
     pod_ip: str | None = Field(None, alias="podIP", description="The host pod's IP.")
     lease_secret_name: str | None = Field(None, description="Secret holding the lease token.")
+    workspace_sub_path: str | None = Field(
+        None,
+        description="Where the workspace is on the claim; an episode's is at episodesSubPath/<its uid>.",
+    )
+    episodes_sub_path: str | None = Field(
+        None, description="Where the episodes' workspaces are on the claim."
+    )
     expires_at: datetime | None = Field(None, description="When lifetime.ttlSeconds runs out.")
     resolved_egress: list[ResolvedEgress] = Field(
         default_factory=list, description="Each allow entry and the addresses it resolved to."

@@ -59,6 +59,8 @@ class Episode(Model):
     message: str | None = None
     queue_position: int | None = None
     expires_at: str | None = None
+    # The episode's workspace, if it has one, as the host sees it: this directory of its episodesMountPath.
+    workspace_dir: str | None = None
 
 
 class EpisodeList(Model):

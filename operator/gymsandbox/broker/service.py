@@ -40,6 +40,7 @@ from gymsandbox.broker.telemetry import Telemetry
 from gymsandbox.desired.names import child_name
 from gymsandbox.desired.owner import Manifest, Owner
 from gymsandbox.desired.pod import EPISODE_CONTAINER_NAME, episode_pod_name
+from gymsandbox.desired.workspace import episode_workspace_dir
 from gymsandbox.leases import Claims, Scope, SigningKey, issue, operate_claims
 from gymsandbox.policy.cluster import ClusterPolicy
 from gymsandbox.policy.episodes import EpisodeRequest, admit_episode
@@ -83,6 +84,9 @@ def episode_view(obj: Mapping[str, Any]) -> Episode:
         message=ready.get("message"),
         queue_position=status.get("queuePosition"),
         expires_at=status.get("expiresAt"),
+        workspace_dir=episode_workspace_dir(obj["metadata"]["uid"])
+        if spec.get("workspace") is not None
+        else None,
     )
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from gymsandbox.api.common import Resources
 from gymsandbox.api.episode import EpisodeResources, EpisodeSandboxSpec
 from gymsandbox.api.gymhost import GymHostSpec
@@ -9,6 +11,11 @@ from gymsandbox.api.names import ENV_BROKER_URL, ENV_LEASE_TOKEN, LEASE_TOKEN_KE
 from gymsandbox.desired.labels import child_labels, sandbox_pod_labels
 from gymsandbox.desired.names import child_name
 from gymsandbox.desired.owner import TEMPLATE_HASH_ANNOTATION, Manifest, Owner, template_hash
+from gymsandbox.desired.workspace import (
+    episode_workspace_sub_path,
+    host_episodes_sub_path,
+    host_workspace_sub_path,
+)
 from gymsandbox.policy.cluster import ClusterPolicy, RuntimeProfile
 
 CONTAINER_NAME = "gym"
@@ -95,7 +102,9 @@ def _env_from(spec: GymHostSpec) -> list[dict[str, object]]:
     return sources
 
 
-def _mounts_and_volumes(spec: GymHostSpec) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
+def _mounts_and_volumes(
+    host_uid: str, spec: GymHostSpec
+) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
     storage = spec.storage
     mounts: list[dict[str, object]] = [
         {
@@ -107,8 +116,14 @@ def _mounts_and_volumes(spec: GymHostSpec) -> tuple[list[dict[str, object]], lis
         {
             "name": STORAGE_VOLUME,
             "mountPath": storage.workspace.mount_path,
-            "subPath": storage.workspace.sub_path,
+            "subPath": host_workspace_sub_path(host_uid),
             "readOnly": False,
+        },
+        {
+            "name": STORAGE_VOLUME,
+            "mountPath": storage.workspace.episodes_mount_path,
+            "subPath": host_episodes_sub_path(host_uid),
+            "readOnly": True,
         },
         {"name": TMP_VOLUME, "mountPath": "/tmp", "readOnly": False},  # noqa: S108 - the container's own /tmp
     ]
@@ -134,8 +149,8 @@ def _mounts_and_volumes(spec: GymHostSpec) -> tuple[list[dict[str, object]], lis
     return mounts, volumes
 
 
-def _container(spec: GymHostSpec, broker_url: str, secret_name: str) -> dict[str, object]:
-    mounts, _ = _mounts_and_volumes(spec)
+def _container(owner: Owner, spec: GymHostSpec, broker_url: str, secret_name: str) -> dict[str, object]:
+    mounts, _ = _mounts_and_volumes(owner.uid, spec)
     limits = resource_limits(spec.resources)
     container: dict[str, object] = {
         "name": CONTAINER_NAME,
@@ -175,14 +190,14 @@ def runtime_scheduling(profile: RuntimeProfile) -> dict[str, object]:
 def host_pod(owner: Owner, spec: GymHostSpec, policy: ClusterPolicy, secret_name: str) -> Manifest:
     """The pod for an admitted spec; the caller has checked that spec.runtime names a known profile."""
     profile = policy.runtime_profiles[spec.runtime]
-    _, volumes = _mounts_and_volumes(spec)
+    _, volumes = _mounts_and_volumes(owner.uid, spec)
     pod_spec: dict[str, object] = {
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,  # service env vars would map the cluster for untrusted code
         "restartPolicy": "Always",
         "terminationGracePeriodSeconds": 10,
         "securityContext": restricted_pod_security(),
-        "containers": [_container(spec, policy.broker.url, secret_name)],
+        "containers": [_container(owner, spec, policy.broker.url, secret_name)],
         "volumes": volumes,
         **runtime_scheduling(profile),
     }
@@ -196,18 +211,34 @@ def host_pod(owner: Owner, spec: GymHostSpec, policy: ClusterPolicy, secret_name
     }
 
 
+@dataclass(frozen=True)
+class EpisodeHost:
+    """The GymHost an episode runs for: its uid keys the episode's workspace on the host's claim."""
+
+    uid: str
+    spec: GymHostSpec
+
+
 def episode_pod_name(owner: Owner) -> str:
-    return child_name(owner.name, "sandbox")
+    return child_name(owner.name, EPISODE_POD_SUFFIX)
 
 
+# The chart's broker exec policy (templates/broker-exec-policy.yaml) names both; tests/unit/test_chart.py
+# fails if they drift apart.
+EPISODE_POD_SUFFIX = "sandbox"
 EPISODE_CONTAINER_NAME = "sandbox"
 WORKSPACE_VOLUME = "workspace"
 
 
 def episode_pod(
-    owner: Owner, spec: EpisodeSandboxSpec, host: GymHostSpec, profile: RuntimeProfile, deadline_seconds: int
+    owner: Owner,
+    spec: EpisodeSandboxSpec,
+    host: EpisodeHost,
+    profile: RuntimeProfile,
+    deadline_seconds: int,
 ) -> Manifest:
-    """The sandbox pod of an admitted episode: restricted, numeric user, optional workspace in the host claim.
+    """The sandbox pod of an admitted episode: restricted, numeric user, optional workspace of its own on the
+    host's claim (at a place only the operator chooses, see desired/workspace.py).
 
     It runs model-generated code, so it gets no token, no service links and no broker address; the root
     filesystem stays writable (tools install packages) within the ephemeral-storage limit. The kubelet ends
@@ -231,11 +262,11 @@ def episode_pod(
             {
                 "name": WORKSPACE_VOLUME,
                 "mountPath": spec.workspace.mount_path,
-                "subPath": spec.workspace.sub_path,
+                "subPath": episode_workspace_sub_path(host.uid, owner.uid),
             }
         ]
         volumes.append(
-            {"name": WORKSPACE_VOLUME, "persistentVolumeClaim": {"claimName": host.storage.claim_name}}
+            {"name": WORKSPACE_VOLUME, "persistentVolumeClaim": {"claimName": host.spec.storage.claim_name}}
         )
     pod_spec: dict[str, object] = {
         "automountServiceAccountToken": False,

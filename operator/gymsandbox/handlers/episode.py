@@ -41,7 +41,7 @@ from gymsandbox.desired.labels import COMPONENT_EPISODE, SANDBOX_CHILDREN
 from gymsandbox.desired.names import label_value
 from gymsandbox.desired.networkpolicy import egress_policy, episode_egress_rules
 from gymsandbox.desired.owner import TEMPLATE_HASH_ANNOTATION, Manifest, Owner, template_hash
-from gymsandbox.desired.pod import EPISODE_CONTAINER_NAME, episode_pod, episode_pod_name
+from gymsandbox.desired.pod import EPISODE_CONTAINER_NAME, EpisodeHost, episode_pod, episode_pod_name
 from gymsandbox.handlers.common import (
     announce,
     failure_fields,
@@ -356,7 +356,9 @@ def _observe_episode(
         missing = f"RuntimeClass {profile.runtime_class_name} does not exist; no pod is created"
         return EpisodeObservation(admitted=True, runtime_class_missing=missing), children
     deadline = pod_deadline_seconds(admitted_at, host_spec, ctx, moment)
-    pod = ensure_pod(kube, owner, episode_pod(owner, spec, host_spec, profile, deadline))
+    assert judged.host is not None
+    runs_for = EpisodeHost(judged.host["metadata"]["uid"], host_spec)
+    pod = ensure_pod(kube, owner, episode_pod(owner, spec, runs_for, profile, deadline))
     return EpisodeObservation(
         admitted=True, pod=pod, sandbox_error=sandbox_error(kube, pod, moment)
     ), children

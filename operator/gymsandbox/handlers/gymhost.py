@@ -31,6 +31,7 @@ from gymsandbox.desired.networkpolicy import egress_policy, egress_policy_name, 
 from gymsandbox.desired.owner import TEMPLATE_HASH_ANNOTATION, Manifest, Owner
 from gymsandbox.desired.pod import CONTAINER_NAME, host_pod, host_pod_name
 from gymsandbox.desired.service import host_endpoint, host_service
+from gymsandbox.desired.workspace import host_episodes_sub_path, host_workspace_sub_path
 from gymsandbox.handlers.common import (
     announce,
     failure_fields,
@@ -284,6 +285,8 @@ def status_fields(ctx: OperatorContext, body: Mapping[str, Any], now: datetime) 
         "podName": pod.get("metadata", {}).get("name"),
         "podIP": (pod.get("status") or {}).get("podIP"),
         "leaseSecretName": children.lease_secret_name,
+        "workspaceSubPath": host_workspace_sub_path(meta["uid"]),
+        "episodesSubPath": host_episodes_sub_path(meta["uid"]),
         "expiresAt": timestamp(expires_at),
         "resolvedEgress": [{"entry": r.entry, "addresses": list(r.cidrs)} for r in children.resolved],
         "failure": failure,

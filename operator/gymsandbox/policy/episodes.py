@@ -112,26 +112,12 @@ def check_egress(request: EpisodeRequest) -> Refusal | None:
     return None
 
 
-def check_workspace(request: EpisodeRequest) -> Refusal | None:
-    workspace = request.spec.workspace
-    if workspace is None:
-        return None
-    root = request.host.storage.workspace.sub_path
-    if workspace.sub_path != root and not workspace.sub_path.startswith(root + "/"):
-        return Refusal(
-            Reason.WORKSPACE_OUTSIDE_HOST,
-            f"workspace.subPath {workspace.sub_path} is not inside the host's workspace {root}",
-        )
-    return None
-
-
 EPISODE_CHECKS: tuple[Callable[[EpisodeRequest], Refusal | None], ...] = (
     check_image,
     check_runtime,
     check_resources,
     check_ttl,
     check_egress,
-    check_workspace,
 )
 
 
