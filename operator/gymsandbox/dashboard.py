@@ -200,6 +200,12 @@ ROWS: tuple[tuple[str, tuple[Panel, ...]], ...] = (
                     ("sum(gymsandbox_broker_requests_in_flight)", "in flight"),
                 ),
             ),
+            Panel(
+                "Memory reserved by calls in flight",
+                "bytes",
+                (("max by (instance) (gymsandbox_broker_reserved_bytes)", "{{instance}}"),),
+                "upload bodies and output caps at their worst case; 320 MiB per replica at most",
+            ),
         ),
     ),
 )

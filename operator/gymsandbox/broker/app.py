@@ -28,7 +28,7 @@ from gymsandbox.broker.models import (
     LeaseRevocation,
     RenewRequest,
 )
-from gymsandbox.broker.service import BrokerService, BrokerState
+from gymsandbox.broker.service import BrokerService, BrokerState, Upload
 
 log = logging.getLogger("gymsandbox.broker")
 JSON_BODY_LIMIT = 1024 * 1024  # every JSON call fits easily; only file transfers carry more
@@ -125,6 +125,14 @@ UPLOAD = {
 }
 
 
+def upload(request: Request) -> Upload:
+    """The body, read only once the caller is authenticated and its size reserved (BodyLimit has refused
+    anything declared or streamed over the transfer cap)."""
+    declared = request.headers.get("content-length", "")
+    cap = service(request).state.settings.max_transfer_bytes
+    return Upload(int(declared) if declared.isdigit() else cap, request.body)
+
+
 @router.put("/v1/episodes/{episode_id}/files/{path:path}", status_code=204, openapi_extra=UPLOAD)
 async def put_file(
     request: Request,
@@ -133,8 +141,7 @@ async def put_file(
     authorization: Authorization = None,
     x_rollout_id: RolloutId = None,
 ) -> Response:
-    data = await request.body()  # BodyLimit has already refused anything over the transfer cap
-    await service(request).put_file(authorization, episode_id, path, data, x_rollout_id)
+    await service(request).put_file(authorization, episode_id, path, upload(request), x_rollout_id)
     return Response(status_code=204)
 
 
@@ -158,8 +165,7 @@ async def put_directory(
     authorization: Authorization = None,
     x_rollout_id: RolloutId = None,
 ) -> Response:
-    data = await request.body()  # BodyLimit has already refused anything over the transfer cap
-    await service(request).put_directory(authorization, episode_id, path, data, x_rollout_id)
+    await service(request).put_directory(authorization, episode_id, path, upload(request), x_rollout_id)
     return Response(status_code=204)
 
 

@@ -172,9 +172,11 @@ class KubeBackend:
         *,
         timeout: float,
         max_output: int,
+        max_error: int | None = None,
         stdin: bytes | None = None,
     ) -> ExecOutcome:
         """Run argv in the container; never raises for the command's own failure, deadline or reachability.
+        At most `max_output` bytes of stdout and `max_error` (by default as many) of stderr are kept.
 
         The deadline holds on both sides: here the call returns when it passes (exit -1), and inside the
         sandbox DEADLINE_WRAPPER kills the command and its descendants a second later.
@@ -192,6 +194,7 @@ class KubeBackend:
                 stdin=stdin,
                 deadline=time.monotonic() + timeout,
                 max_output=max_output,
+                max_error=max_output if max_error is None else max_error,
             )
 
 
@@ -205,9 +208,10 @@ def _run_exec(
     stdin: bytes | None,
     deadline: float,
     max_output: int,
+    max_error: int,
 ) -> ExecOutcome:
     started = time.monotonic()
-    stdout, stderr = _Capped(max_output), _Capped(max_output)
+    stdout, stderr = _Capped(max_output), _Capped(max_error)
     try:
         ws = _connect(core, namespace, pod, container, argv, interactive=stdin is not None, deadline=deadline)
     except (ApiException, OSError, ValueError, WebSocketException) as e:

@@ -7,7 +7,7 @@ import hmac
 import re
 import secrets
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -24,7 +24,7 @@ from gymsandbox.broker.archive import check_archive, sandbox_path, tar_is_comple
 from gymsandbox.broker.auth import Caller, authenticate, authorize_episode, operate_leases, require_host
 from gymsandbox.broker.backend import EXIT_UNREACHABLE, ExecOutcome, KubeBackend
 from gymsandbox.broker.errors import BrokerError, ErrorCode
-from gymsandbox.broker.guards import HostSlots, not_its_sandbox
+from gymsandbox.broker.guards import HostShares, not_its_sandbox
 from gymsandbox.broker.models import (
     CreateEpisode,
     Episode,
@@ -52,12 +52,28 @@ KILLED_BY_SIGNAL = 128  # a shell's exit status for a process that died of signa
 EPISODE_ID = re.compile(r"[a-z0-9]([-a-z0-9]{0,251}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*")
 
 
+TRANSFER_ERROR_BYTES = 64 * 1024  # what a transfer's command may say on stderr (and a write's on stdout)
+
+
+@dataclass(frozen=True)
+class Upload:
+    """A request body not read yet: its size as declared (or the transfer cap, when streamed without one),
+    reserved against the host's memory share before `read` brings it in."""
+
+    declared: int
+    read: Callable[[], Awaitable[bytes]]
+
+
 @dataclass
 class BrokerSettings:
     max_exec_timeout_seconds: float = 600
     max_transfer_bytes: int = 64 * 1024 * 1024  # one file or one tar, either way
     transfer_timeout_seconds: float = 300
     max_calls_per_host: int = 32  # commands and transfers in flight at once, per GymHost
+    # Memory for the input and output of calls in flight (reserved at their worst case before anything is
+    # read), per GymHost and for the whole process; within the chart's memory limit for the broker.
+    max_bytes_per_host: int = 192 * 1024 * 1024
+    max_bytes_total: int = 320 * 1024 * 1024
 
 
 @dataclass
@@ -124,8 +140,13 @@ class BrokerService:
 
     def __init__(self, state: BrokerState) -> None:
         self.state = state
-        self.telemetry = Telemetry(in_flight=lambda: state.in_flight)
-        self.slots = HostSlots(state.settings.max_calls_per_host)
+        settings = state.settings
+        self.shares = HostShares(
+            settings.max_calls_per_host, settings.max_bytes_per_host, settings.max_bytes_total
+        )
+        self.telemetry = Telemetry(
+            in_flight=lambda: state.in_flight, reserved_bytes=lambda: self.shares.reserved_bytes
+        )
 
     async def caller(self, authorization: str | None) -> Caller:
         try:
@@ -369,10 +390,14 @@ class BrokerService:
         *,
         timeout: float,
         max_output: int,
+        max_error: int | None = None,
         stdin: bytes | None = None,
+        reserved: bool = False,
     ) -> ExecOutcome:
-        """Every command and transfer goes through here, within the caller's host's share of calls."""
-        async with self.slots.hold(caller):
+        """Every command and transfer goes through here, within the caller's host's share of calls and of
+        memory: its output caps, reserved before it starts (unless the caller has `reserved` them)."""
+        max_error = max_output if max_error is None else max_error
+        async with self.shares.call(caller, 0 if reserved else max_output + max_error):
             return await run_in_threadpool(
                 self.state.backend.exec,
                 caller.namespace,
@@ -381,6 +406,7 @@ class BrokerService:
                 argv,
                 timeout=timeout,
                 max_output=max_output,
+                max_error=max_error,
                 stdin=stdin,
             )
 
@@ -392,6 +418,7 @@ class BrokerService:
         *,
         stdin: bytes | None = None,
         max_output: int | None = None,
+        reserved: bool = False,
     ) -> ExecOutcome:
         settings = self.state.settings
         outcome = await self._in_sandbox(
@@ -400,7 +427,9 @@ class BrokerService:
             argv,
             timeout=settings.transfer_timeout_seconds,
             max_output=max_output or settings.max_transfer_bytes,
+            max_error=TRANSFER_ERROR_BYTES,
             stdin=stdin,
+            reserved=reserved,
         )
         self.telemetry.moved("transfer", len(stdin or b""), len(outcome.stdout))
         raise_if_tool_missing(outcome)
@@ -422,14 +451,21 @@ class BrokerService:
         )
 
     async def put_file(
-        self, authorization: str | None, episode_id: str, path: str, data: bytes, rollout: str | None
+        self, authorization: str | None, episode_id: str, path: str, body: Upload, rollout: str | None
     ) -> None:
         caller = await self.caller(authorization)
         target = sandbox_path(path)
-        pod = await self._ready_pod(caller, episode_id, rollout)
-        outcome = await self._run(
-            caller, pod, ["sh", "-c", WRITE_FILE, "sh", target, str(len(data))], stdin=data
-        )
+        async with self.shares.memory(caller, body.declared + 2 * TRANSFER_ERROR_BYTES):
+            data = await body.read()
+            pod = await self._ready_pod(caller, episode_id, rollout)
+            outcome = await self._run(
+                caller,
+                pod,
+                ["sh", "-c", WRITE_FILE, "sh", target, str(len(data))],
+                stdin=data,
+                max_output=TRANSFER_ERROR_BYTES,
+                reserved=True,
+            )
         if outcome.exit_code != 0:
             raise BrokerError("invalid_request", f"cannot write {target}: {_first_line(outcome.stderr)}")
 
@@ -449,16 +485,23 @@ class BrokerService:
         return outcome.stdout
 
     async def put_directory(
-        self, authorization: str | None, episode_id: str, path: str, data: bytes, rollout: str | None
+        self, authorization: str | None, episode_id: str, path: str, body: Upload, rollout: str | None
     ) -> None:
         """Unpack a tar into `path`, replacing it whole; a refused or failed upload leaves nothing behind."""
         caller = await self.caller(authorization)
         target = sandbox_path(path)
-        await run_in_threadpool(check_archive, data, self.state.settings.max_transfer_bytes)
-        pod = await self._ready_pod(caller, episode_id, rollout)
-        outcome = await self._run(
-            caller, pod, ["sh", "-c", WRITE_DIRECTORY, "sh", target, str(len(data))], stdin=data
-        )
+        async with self.shares.memory(caller, body.declared + 2 * TRANSFER_ERROR_BYTES):
+            data = await body.read()
+            await run_in_threadpool(check_archive, data, self.state.settings.max_transfer_bytes)
+            pod = await self._ready_pod(caller, episode_id, rollout)
+            outcome = await self._run(
+                caller,
+                pod,
+                ["sh", "-c", WRITE_DIRECTORY, "sh", target, str(len(data))],
+                stdin=data,
+                max_output=TRANSFER_ERROR_BYTES,
+                reserved=True,
+            )
         if outcome.exit_code != 0:
             raise BrokerError(
                 "invalid_request", f"cannot unpack into {target}: {_first_line(outcome.stderr)}"

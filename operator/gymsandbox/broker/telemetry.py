@@ -24,7 +24,9 @@ def exec_outcome(exit_code: int) -> str:
 
 
 class Telemetry:
-    def __init__(self, in_flight: Callable[[], float] = lambda: 0) -> None:
+    def __init__(
+        self, in_flight: Callable[[], float] = lambda: 0, reserved_bytes: Callable[[], float] = lambda: 0
+    ) -> None:
         self.registry = registry = CollectorRegistry()
         self.requests = Counter(
             "gymsandbox_broker_requests",
@@ -61,6 +63,11 @@ class Telemetry:
         Gauge(
             "gymsandbox_broker_requests_in_flight", "Requests being served", registry=registry
         ).set_function(in_flight)
+        Gauge(
+            "gymsandbox_broker_reserved_bytes",
+            "Memory reserved by calls in flight: upload bodies and output caps, at their worst case",
+            registry=registry,
+        ).set_function(reserved_bytes)
 
     def observe_exec(self, exit_code: int, seconds: float) -> None:
         self.exec_seconds.labels(exec_outcome(exit_code)).observe(seconds)
