@@ -7,6 +7,7 @@ import hashlib
 import os
 import re
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -386,20 +387,41 @@ class BrokerProcess:
     log: Path
     metrics_url: str
 
+    ca_bundle: str | None = None  # with TLS: the CA its certificate is checked against
+
     @classmethod
-    def launch(cls, kubeconfig: Path, policy_file: Path, log: Path, port: int | None = None) -> BrokerProcess:
-        """On `port` when given (a restarted replica behind the same address), else on a free one."""
+    def launch(
+        cls,
+        kubeconfig: Path,
+        policy_file: Path,
+        log: Path,
+        port: int | None = None,
+        *,
+        tls_dir: Path | None = None,
+        ca_bundle: str | None = None,
+    ) -> BrokerProcess:
+        """On `port` when given (a restarted replica behind the same address), else on a free one; HTTPS with
+        the certificate in `tls_dir` (signed by `ca_bundle`) when given."""
         port = port or cluster_script.free_port()  # type: ignore[attr-defined]
         metrics_port = cluster_script.free_port()  # type: ignore[attr-defined]
         env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
         argv = [str(Path(sys.executable).parent / "gymsandbox"), "broker", "--policy", str(policy_file)]
         argv += ["--operator-namespace", OPERATOR_NAMESPACE, "--listen", f"127.0.0.1:{port}"]
         argv += ["--metrics-listen", f"127.0.0.1:{metrics_port}"]
+        if tls_dir:
+            argv += ["--tls-dir", str(tls_dir)]
         with log.open("ab") as out:
             process = subprocess.Popen(
                 [*DIE_WITH_PARENT, *argv], stdout=out, stderr=subprocess.STDOUT, env=env
             )
-        handle = cls(process, f"http://127.0.0.1:{port}", log, f"http://127.0.0.1:{metrics_port}/metrics")
+        scheme = "https" if tls_dir else "http"
+        handle = cls(
+            process,
+            f"{scheme}://127.0.0.1:{port}",
+            log,
+            f"http://127.0.0.1:{metrics_port}/metrics",
+            ca_bundle,
+        )
         deadline = time.monotonic() + 30
         while not handle.healthy():
             if process.poll() is not None or time.monotonic() > deadline:
@@ -408,8 +430,12 @@ class BrokerProcess:
         return handle
 
     def healthy(self) -> bool:
+        verify: ssl.SSLContext | bool = True
+        if self.ca_bundle:  # the certificate names the broker's Service, not 127.0.0.1: the chain is checked
+            verify = ssl.create_default_context(cadata=self.ca_bundle)
+            verify.check_hostname = False
         try:
-            return httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200
+            return httpx.get(f"{self.url}/healthz", timeout=1, verify=verify).status_code == 200
         except httpx.TransportError:
             return False
 

@@ -104,6 +104,13 @@ def values_schema() -> Schema:
                         "replicas": {"type": "integer", "minimum": 1},
                         "port": _PORT,
                         "execPolicy": _closed({"enabled": {"type": "boolean"}}),
+                        "tls": _closed(
+                            {
+                                "enabled": {"type": "boolean"},
+                                "secretName": {"type": "string", "maxLength": 253},
+                                "caBundle": {"type": "string"},
+                            }
+                        ),
                         **_pod_placement(),
                     }
                 ),

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gymsandbox import __version__, chartschema, crdgen, dashboard
-from gymsandbox.broker.server import run_broker
+from gymsandbox.broker.server import TLSFilesError, run_broker
 from gymsandbox.handlers.leases import SigningKeyError
 from gymsandbox.metrics import MetricsListenError
 from gymsandbox.policy.cluster import PolicyError
@@ -99,6 +99,12 @@ def _parser() -> argparse.ArgumentParser:
         help="serve Prometheus metrics on address:port, apart from the API (default: off)",
     )
     broker.add_argument(
+        "--tls-dir",
+        default=os.environ.get("GYMSANDBOX_BROKER_TLS_DIR"),
+        help="serve HTTPS with tls.crt and tls.key from this directory, e.g. a mounted kubernetes.io/tls"
+        " Secret (default: $GYMSANDBOX_BROKER_TLS_DIR; without it, plain HTTP)",
+    )
+    broker.add_argument(
         "--operator-namespace",
         default=os.environ.get("GYMSANDBOX_NAMESPACE", "gymsandbox-system"),
         help="where the lease signing key lives (default: $GYMSANDBOX_NAMESPACE or gymsandbox-system)",
@@ -115,7 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "dashboard":
         return _generated(args.output, dashboard.render_dashboard(), "dashboard", check=args.check)
     if args.command == "broker":
-        return _broker(args.policy, args.operator_namespace, args.listen, args.metrics_listen)
+        return _broker(args.policy, args.operator_namespace, args.listen, args.metrics_listen, args.tls_dir)
     if args.command == "operator":
         return _operator(
             args.policy,
@@ -192,7 +198,11 @@ def _operator(
 
 
 def _broker(
-    policy: str | None, operator_namespace: str, listen: Address, metrics_listen: Address | None
+    policy: str | None,
+    operator_namespace: str,
+    listen: Address,
+    metrics_listen: Address | None,
+    tls_dir: str | None,
 ) -> int:
     policy = policy or os.environ.get("GYMSANDBOX_POLICY")
     if not policy:
@@ -202,8 +212,10 @@ def _broker(
         )
         return 2
     try:
-        run_broker(Path(policy), operator_namespace, listen, metrics_listen)
-    except (PolicyError, SigningKeyError, MetricsListenError) as e:
+        run_broker(
+            Path(policy), operator_namespace, listen, metrics_listen, Path(tls_dir) if tls_dir else None
+        )
+    except (PolicyError, SigningKeyError, MetricsListenError, TLSFilesError) as e:
         print(f"gymsandbox broker: refusing to start: {e}", file=sys.stderr)
         return 2
     return 0

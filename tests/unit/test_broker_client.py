@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import ssl
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -472,3 +473,17 @@ def test_backoff_is_exponential_with_jitter_and_bounded() -> None:
 def test_a_negative_retry_count_is_refused() -> None:
     with pytest.raises(ValueError, match="retries"):
         BrokerClient("http://broker.test", TOKEN, retries=-1)
+
+
+def test_from_environment_reads_the_url_the_token_and_the_brokers_ca(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GYMSANDBOX_BROKER_URL", "https://broker.example:8443")
+    monkeypatch.setenv("GYMSANDBOX_LEASE_TOKEN", "tok")
+    monkeypatch.delenv("GYMSANDBOX_BROKER_CA", raising=False)
+    with BrokerClient.from_environment(retries=0) as client:
+        assert repr(client) == "BrokerClient('https://broker.example:8443')"
+    monkeypatch.setenv("GYMSANDBOX_BROKER_CA", "not a certificate")
+    with pytest.raises(ssl.SSLError):  # the CA given is the one trusted: a bad one is an error, not ignored
+        BrokerClient.from_environment()
+    monkeypatch.delenv("GYMSANDBOX_LEASE_TOKEN")
+    with pytest.raises(RuntimeError, match="GYMSANDBOX_LEASE_TOKEN not set"):
+        BrokerClient.from_environment()

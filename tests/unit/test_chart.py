@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import os
 import subprocess
 from pathlib import Path
@@ -15,7 +16,7 @@ from gymsandbox.broker.server import SIGNING_KEY_WAIT_SECONDS
 from gymsandbox.chartschema import render_values_schema
 from gymsandbox.desired.pod import EPISODE_CONTAINER_NAME, EPISODE_POD_SUFFIX
 from gymsandbox.leases import SIGNING_KEY_SECRET
-from gymsandbox.policy.cluster import load_policy
+from gymsandbox.policy.cluster import ClusterPolicy, load_policy
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "gymsandbox-operator"
@@ -243,6 +244,53 @@ def test_the_broker_exec_policy_names_the_operators_sandbox_pods_and_binds_as_de
 def test_the_broker_exec_policy_can_be_turned_off(tmp_path: Path) -> None:
     rendered = objects(template({"broker": {"execPolicy": {"enabled": False}}}, tmp_path))
     assert not [key for key in rendered if key[0].startswith("ValidatingAdmissionPolicy")]
+
+
+def broker_args_and_volumes(rendered: dict[tuple[str, str], dict[str, Any]]) -> tuple[list[str], list[Any]]:
+    pod = rendered["Deployment", f"{RELEASE}-broker"]["spec"]["template"]["spec"]
+    return pod["containers"][0]["args"], pod["volumes"]
+
+
+def test_the_broker_serves_plain_http_unless_tls_is_enabled() -> None:
+    rendered = objects(template())
+    args, volumes = broker_args_and_volumes(rendered)
+    assert not [a for a in args if a.startswith("--tls-dir")]
+    assert "tls" not in {v["name"] for v in volumes}
+    policy = load_policy_from(rendered)
+    assert (policy.broker.url.startswith("http://"), policy.broker.ca_bundle) == (True, None)
+
+
+def load_policy_from(rendered: dict[tuple[str, str], dict[str, Any]]) -> Any:
+    text = rendered["ConfigMap", f"{RELEASE}-policy"]["data"]["policy.yaml"]
+    return ClusterPolicy.model_validate(yaml.safe_load(text))
+
+
+def test_with_tls_the_chart_makes_a_certificate_and_hands_its_ca_to_hosts(tmp_path: Path) -> None:
+    rendered = objects(template({"broker": {"tls": {"enabled": True}}}, tmp_path))
+    secret = rendered["Secret", f"{RELEASE}-broker-tls"]
+    assert (secret["type"], sorted(secret["data"])) == ("kubernetes.io/tls", ["ca.crt", "tls.crt", "tls.key"])
+    policy = load_policy_from(rendered)
+    assert policy.broker.url == f"https://{RELEASE}-broker.{NAMESPACE}.svc:8443"
+    # One CA per render: the one in the Secret is the one hosts are told to trust.
+    assert policy.broker.ca_bundle == base64.b64decode(secret["data"]["ca.crt"]).decode()
+    args, volumes = broker_args_and_volumes(rendered)
+    assert "--tls-dir=/etc/gymsandbox-tls" in args
+    assert {"name": "tls", "secret": {"secretName": f"{RELEASE}-broker-tls", "items": TLS_ITEMS}} in volumes
+    pod = rendered["Deployment", f"{RELEASE}-broker"]["spec"]["template"]["spec"]
+    assert pod["containers"][0]["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
+
+
+TLS_ITEMS = [{"key": "tls.crt", "path": "tls.crt"}, {"key": "tls.key", "path": "tls.key"}]
+
+
+def test_with_tls_from_a_secret_of_the_admins_the_chart_makes_none(tmp_path: Path) -> None:
+    ca = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+    values = {"broker": {"tls": {"enabled": True, "secretName": "corp-broker-cert", "caBundle": ca}}}
+    rendered = objects(template(values, tmp_path))
+    assert not [key for key in rendered if key[0] == "Secret"]
+    assert load_policy_from(rendered).broker.ca_bundle == ca
+    _, volumes = broker_args_and_volumes(rendered)
+    assert {"name": "tls", "secret": {"secretName": "corp-broker-cert", "items": TLS_ITEMS}} in volumes
 
 
 def test_no_role_grants_wildcards_or_escalation() -> None:

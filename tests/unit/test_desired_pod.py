@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from gymsandbox.api.gymhost import GymHostSpec
-from gymsandbox.api.names import ENV_BROKER_URL, ENV_LEASE_TOKEN, LEASE_TOKEN_KEY
+from gymsandbox.api.names import ENV_BROKER_CA, ENV_BROKER_URL, ENV_LEASE_TOKEN, LEASE_TOKEN_KEY
 from gymsandbox.desired.labels import child_labels
 from gymsandbox.desired.names import child_name
 from gymsandbox.desired.owner import TEMPLATE_HASH_ANNOTATION, Owner
@@ -363,6 +363,14 @@ def test_env_contains_the_user_variables(policy: ClusterPolicy) -> None:
 
 def test_env_contains_the_broker_url_from_the_policy(policy: ClusterPolicy) -> None:
     assert env_by_name(policy)[ENV_BROKER_URL] == {"name": ENV_BROKER_URL, "value": policy.broker.url}
+
+
+def test_env_hands_the_brokers_ca_to_the_host_when_the_policy_has_one(policy: ClusterPolicy) -> None:
+    ca = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+    broker = policy.broker.model_copy(update={"url": "https://broker.example:8443", "ca_bundle": ca})
+    with_ca = policy.model_copy(update={"broker": broker})
+    assert env_by_name(with_ca)[ENV_BROKER_CA] == {"name": ENV_BROKER_CA, "value": ca}
+    assert ENV_BROKER_CA not in env_by_name(policy)
 
 
 def test_lease_token_comes_from_the_lease_secret(policy: ClusterPolicy) -> None:

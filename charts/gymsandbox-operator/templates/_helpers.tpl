@@ -37,13 +37,45 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{/* The cluster policy the processes load: the admin's values, plus where this release's broker is. */}}
 {{- define "gymsandbox.policy" -}}
 {{- $policy := deepCopy .Values.policy -}}
+{{- $tls := .Values.broker.tls -}}
 {{- $broker := dict
     "namespace" .Release.Namespace
     "podSelector" (include "gymsandbox.brokerSelector" . | fromYaml)
     "port" (int .Values.broker.port)
-    "url" (printf "http://%s.%s.svc:%d" (include "gymsandbox.brokerName" .) .Release.Namespace (int .Values.broker.port)) -}}
+    "url" (printf "%s://%s.%s.svc:%d" (ternary "https" "http" $tls.enabled) (include "gymsandbox.brokerName" .) .Release.Namespace (int .Values.broker.port)) -}}
+{{- if and $tls.enabled (not $tls.secretName) -}}
+{{- $_ := set $broker "caBundle" (include "gymsandbox.brokerTLS" . | fromYaml).ca -}}
+{{- else if and $tls.enabled $tls.caBundle -}}
+{{- $_ := set $broker "caBundle" $tls.caBundle -}}
+{{- end -}}
 {{- $_ := set $policy "broker" $broker -}}
 {{- toYaml $policy -}}
+{{- end }}
+
+{{/* The broker's TLS Secret when the chart makes it. */}}
+{{- define "gymsandbox.brokerTLSSecretName" -}}{{ printf "%s-tls" (include "gymsandbox.brokerName" .) | trunc 63 | trimSuffix "-" }}{{- end }}
+
+{{/*
+The broker's certificate when the chart makes it (broker.tls.enabled without secretName): the Secret's own on
+an upgrade (lookup), else a new CA (ten years) and a certificate for the broker Service's names. Made once
+per render and kept in .Values, so the Secret and the policy's caBundle always agree.
+*/}}
+{{- define "gymsandbox.brokerTLS" -}}
+{{- if not (hasKey .Values "generatedBrokerTLS") -}}
+{{- $service := include "gymsandbox.brokerName" . -}}
+{{- $existing := lookup "v1" "Secret" .Release.Namespace (include "gymsandbox.brokerTLSSecretName" .) -}}
+{{- $tls := dict -}}
+{{- if and $existing (hasKey ($existing.data | default dict) "ca.crt") -}}
+{{- $tls = dict "crt" (index $existing.data "tls.crt" | b64dec) "key" (index $existing.data "tls.key" | b64dec) "ca" (index $existing.data "ca.crt" | b64dec) -}}
+{{- else -}}
+{{- $ca := genCA (printf "%s-ca" $service) 3650 -}}
+{{- $names := list $service (printf "%s.%s" $service .Release.Namespace) (printf "%s.%s.svc" $service .Release.Namespace) (printf "%s.%s.svc.cluster.local" $service .Release.Namespace) -}}
+{{- $cert := genSignedCert (printf "%s.%s.svc" $service .Release.Namespace) nil $names 3650 $ca -}}
+{{- $tls = dict "crt" $cert.Cert "key" $cert.Key "ca" $ca.Cert -}}
+{{- end -}}
+{{- $_ := set .Values "generatedBrokerTLS" $tls -}}
+{{- end -}}
+{{- toYaml .Values.generatedBrokerTLS -}}
 {{- end }}
 
 {{/* Restricted-profile container security context shared by both processes. */}}

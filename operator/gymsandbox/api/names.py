@@ -21,6 +21,7 @@ USER_LABEL_PREFIX = f"user.{GROUP}/"
 # Environment variables the operator injects into host pods; users may not define these names.
 ENV_PREFIX_RESERVED = "GYMSANDBOX_"
 ENV_BROKER_URL = "GYMSANDBOX_BROKER_URL"
+ENV_BROKER_CA = "GYMSANDBOX_BROKER_CA"  # PEM of the CA that signed the broker's certificate, when not public
 ENV_LEASE_TOKEN = "GYMSANDBOX_LEASE_TOKEN"  # noqa: S105 - the variable's name, not a secret
 
 # Key of the lease token inside the lease Secret.

@@ -23,6 +23,8 @@ from gymsandbox.metrics import serve_metrics
 from gymsandbox.policy.cluster import load_policy
 from gymsandbox.runner import api_client
 
+log = logging.getLogger("gymsandbox.broker")
+
 GRACE_SECONDS = 30
 SIGNING_KEY_WAIT_SECONDS = 300  # the operator may start after the broker
 
@@ -59,13 +61,33 @@ def build_state(policy_path: Path, operator_namespace: str) -> BrokerState:
     )
 
 
+class TLSFilesError(Exception):
+    pass
+
+
+def tls_files(directory: Path) -> tuple[Path, Path]:
+    """The certificate and key in `directory`, laid out as a kubernetes.io/tls Secret mounts them."""
+    cert, key = directory / "tls.crt", directory / "tls.key"
+    missing = [str(p) for p in (cert, key) if not p.is_file()]
+    if missing:
+        raise TLSFilesError(
+            f"--tls-dir {directory} has no {' or '.join(missing)} (a kubernetes.io/tls Secret)"
+        )
+    return cert, key
+
+
 def run_broker(
     policy_path: Path,
     operator_namespace: str,
     listen: tuple[str, int],
     metrics_listen: tuple[str, int] | None = None,
+    tls_dir: Path | None = None,
 ) -> None:
+    """Serve on `listen`, with TLS from `tls_dir` when given (plain HTTP otherwise, with a warning)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    cert, key = tls_files(tls_dir) if tls_dir else (None, None)
+    if tls_dir is None:
+        log.warning("serving plain HTTP: lease tokens cross the network in the clear (see --tls-dir)")
     state = build_state(policy_path, operator_namespace)
     app = create_app(state)
     if metrics_listen:
@@ -79,5 +101,7 @@ def run_broker(
         log_level="info",
         timeout_graceful_shutdown=GRACE_SECONDS,
         access_log=False,
+        ssl_certfile=cert,
+        ssl_keyfile=key,
     )
     _DrainingServer(config, state).run()

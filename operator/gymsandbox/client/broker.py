@@ -23,7 +23,9 @@ from __future__ import annotations
 import email.utils
 import logging
 import math
+import os
 import secrets
+import ssl
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -36,6 +38,7 @@ import httpx
 from pydantic import BaseModel, ValidationError
 
 from gymsandbox.api.common import validation_message
+from gymsandbox.api.names import ENV_BROKER_CA, ENV_BROKER_URL, ENV_LEASE_TOKEN
 from gymsandbox.broker.models import (
     CreateEpisode,
     Episode,
@@ -49,7 +52,7 @@ from gymsandbox.broker.models import (
     RenewRequest,
 )
 
-__all__ = ["BrokerClient", "BrokerClientError"]
+__all__ = ["BrokerClient", "BrokerClientError", "broker_ssl_context"]
 
 log = logging.getLogger("gymsandbox.client.broker")
 
@@ -62,6 +65,13 @@ EXEC_GRACE_SECONDS: Final = 30.0  # an exec may take timeout_seconds; the HTTP r
 DEFAULT_MAX_OUTPUT_BYTES: Final = 1_048_576
 
 M = TypeVar("M", bound=BaseModel)
+
+
+def broker_ssl_context(ca_bundle: str) -> ssl.SSLContext:
+    """Verification of the broker's certificate (chain and host name) against `ca_bundle` (PEM) alone."""
+    return ssl.create_default_context(cadata=ca_bundle)
+
+
 _jitter = secrets.SystemRandom()
 
 
@@ -88,8 +98,10 @@ class BrokerClient:
     """One broker session over `httpx.Client`; use it as a context manager or call `close()`.
 
     `token` is a host, owner or operate lease, sent as `Authorization: Bearer`; `rollout_id` is sent as
-    `X-Rollout-Id` (an operate lease needs it). `retries` is how many times an idempotent call is repeated
+    `X-Rollout-Id` (an operate lease needs it). `ca_bundle` (PEM) is the CA to verify an https broker with,
+    when no public CA signed its certificate. `retries` is how many times an idempotent call is repeated
     after its first attempt. `sleep` is called with each retry delay (inject it in tests).
+    Inside a GymHost pod, `BrokerClient.from_environment()` reads all three from the pod's environment.
     """
 
     def __init__(
@@ -98,6 +110,7 @@ class BrokerClient:
         token: str,
         *,
         rollout_id: str | None = None,
+        ca_bundle: str | None = None,
         timeout: float = 60,
         retries: int = 3,
         transport: httpx.BaseTransport | None = None,
@@ -112,7 +125,12 @@ class BrokerClient:
         if rollout_id is not None:
             headers[ROLLOUT_HEADER] = rollout_id
         self._http = httpx.Client(
-            base_url=base_url, headers=headers, timeout=timeout, transport=transport, follow_redirects=False
+            base_url=base_url,
+            headers=headers,
+            timeout=timeout,
+            transport=transport,
+            follow_redirects=False,
+            verify=broker_ssl_context(ca_bundle) if ca_bundle else True,
         )
         self._timeout = timeout
         self.retries = retries
@@ -120,6 +138,20 @@ class BrokerClient:
         self._max_backoff = max_backoff_seconds
         self._max_retry_after = max_retry_after_seconds
         self._sleep = sleep
+
+    @classmethod
+    def from_environment(cls, **options: Any) -> BrokerClient:
+        """The client of the GymHost pod this runs in: the broker's URL, the host's lease token and the
+        broker's CA (if any) from the variables the operator sets; `options` as for the constructor."""
+        missing = [name for name in (ENV_BROKER_URL, ENV_LEASE_TOKEN) if not os.environ.get(name)]
+        if missing:
+            raise RuntimeError(f"not in a GymHost pod: {' and '.join(missing)} not set")
+        return cls(
+            os.environ[ENV_BROKER_URL],
+            os.environ[ENV_LEASE_TOKEN],
+            ca_bundle=os.environ.get(ENV_BROKER_CA) or None,
+            **options,
+        )
 
     def __repr__(self) -> str:  # never the token
         return f"BrokerClient({str(self._http.base_url)!r})"

@@ -7,7 +7,13 @@ from dataclasses import dataclass
 from gymsandbox.api.common import Resources
 from gymsandbox.api.episode import EpisodeResources, EpisodeSandboxSpec
 from gymsandbox.api.gymhost import GymHostSpec
-from gymsandbox.api.names import ENV_BROKER_URL, ENV_LEASE_TOKEN, LEASE_TOKEN_KEY, USER_LABEL_PREFIX
+from gymsandbox.api.names import (
+    ENV_BROKER_CA,
+    ENV_BROKER_URL,
+    ENV_LEASE_TOKEN,
+    LEASE_TOKEN_KEY,
+    USER_LABEL_PREFIX,
+)
 from gymsandbox.desired.labels import child_labels, sandbox_pod_labels
 from gymsandbox.desired.names import child_name
 from gymsandbox.desired.owner import TEMPLATE_HASH_ANNOTATION, Manifest, Owner, template_hash
@@ -16,7 +22,7 @@ from gymsandbox.desired.workspace import (
     host_episodes_sub_path,
     host_workspace_sub_path,
 )
-from gymsandbox.policy.cluster import ClusterPolicy, RuntimeProfile
+from gymsandbox.policy.cluster import Broker, ClusterPolicy, RuntimeProfile
 
 CONTAINER_NAME = "gym"
 # A fixed unprivileged identity: Pod Security `restricted` needs non-root, and a numeric uid lets the
@@ -79,10 +85,12 @@ def resource_limits(resources: Resources | EpisodeResources) -> dict[str, str]:
     return limits
 
 
-def _env(spec: GymHostSpec, broker_url: str, secret_name: str) -> list[dict[str, object]]:
+def _env(spec: GymHostSpec, broker: Broker, secret_name: str) -> list[dict[str, object]]:
     env: list[dict[str, object]] = [{"name": e.name, "value": e.value} for e in spec.env]
     env = with_home(env)
-    env.append({"name": ENV_BROKER_URL, "value": broker_url})
+    env.append({"name": ENV_BROKER_URL, "value": broker.url})
+    if broker.ca_bundle:
+        env.append({"name": ENV_BROKER_CA, "value": broker.ca_bundle})
     env.append(
         {
             "name": ENV_LEASE_TOKEN,
@@ -149,14 +157,14 @@ def _mounts_and_volumes(
     return mounts, volumes
 
 
-def _container(owner: Owner, spec: GymHostSpec, broker_url: str, secret_name: str) -> dict[str, object]:
+def _container(owner: Owner, spec: GymHostSpec, broker: Broker, secret_name: str) -> dict[str, object]:
     mounts, _ = _mounts_and_volumes(owner.uid, spec)
     limits = resource_limits(spec.resources)
     container: dict[str, object] = {
         "name": CONTAINER_NAME,
         "image": spec.image,
         "ports": [{"name": "http", "containerPort": spec.port, "protocol": "TCP"}],
-        "env": _env(spec, broker_url, secret_name),
+        "env": _env(spec, broker, secret_name),
         "resources": {"requests": dict(limits), "limits": limits},
         "readinessProbe": {
             "httpGet": {"path": spec.readiness_path, "port": "http"},
@@ -197,7 +205,7 @@ def host_pod(owner: Owner, spec: GymHostSpec, policy: ClusterPolicy, secret_name
         "restartPolicy": "Always",
         "terminationGracePeriodSeconds": 10,
         "securityContext": restricted_pod_security(),
-        "containers": [_container(owner, spec, policy.broker.url, secret_name)],
+        "containers": [_container(owner, spec, policy.broker, secret_name)],
         "volumes": volumes,
         **runtime_scheduling(profile),
     }

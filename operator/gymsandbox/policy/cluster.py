@@ -164,6 +164,11 @@ class Broker(Model):
     pod_selector: dict[LabelKey, LabelValue] = Field(default_factory=_default_broker_selector, min_length=1)
     port: int = Field(8443, ge=1, le=65535)
     url: Annotated[str, AfterValidator(_http_url)] = "http://gymsandbox-broker.gymsandbox-system.svc:8443"
+    # The CA that signed the broker's certificate (PEM), for an https url whose certificate no public CA
+    # signed: hosts get it as GYMSANDBOX_BROKER_CA and verify the broker with it. Not a secret.
+    ca_bundle: str | None = Field(
+        None, alias="caBundle", pattern=r"^\s*-----BEGIN CERTIFICATE-----", max_length=65_536
+    )
 
 
 class Dns(Model):
