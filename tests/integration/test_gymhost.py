@@ -62,7 +62,10 @@ def test_pod_runs_in_the_profile_runtime_with_sub_path_mounts_and_restricted_sec
     assert security.seccomp_profile.type == "RuntimeDefault"
     env = {e.name: e for e in container.env}
     assert env["GYM_TASK_SET"].value == "verified-50"
-    assert env["GYMSANDBOX_BROKER_URL"].value == "http://gymsandbox-broker.gymsandbox-system.svc:8443"
+    # The chart serves the broker over HTTPS by default, and hands hosts the CA it made for it.
+    assert env["GYMSANDBOX_BROKER_URL"].value == "https://gymsandbox-broker.gymsandbox-system.svc:8443"
+    ca = core.read_namespaced_secret("gymsandbox-broker-tls", "gymsandbox-system").data["ca.crt"]
+    assert env["GYMSANDBOX_BROKER_CA"].value == base64.b64decode(ca).decode()
     token_ref = env["GYMSANDBOX_LEASE_TOKEN"].value_from.secret_key_ref
     assert (token_ref.name, token_ref.key) == (SECRET, "token")
     assert env["GYMSANDBOX_LEASE_TOKEN"].value is None

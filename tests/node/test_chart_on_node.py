@@ -1,6 +1,7 @@
 """The chart as a user installs it: the operator and the broker run as real pods on the real node, from the
 image built from the project's Dockerfile (hack/images.py), and serve a GymHost end to end. The host pod
-itself opens an episode through the in-cluster broker with its own lease and runs a command in it.
+itself opens an episode through the in-cluster broker (HTTPS, with the certificate the chart made) with its
+own lease and the project's Python client, and runs a command in it.
 
 Its own release, watching only its own namespace (`incluster-...`, which the session's operator process does
 not watch), so nothing here competes with the processes the rest of the suite runs.
@@ -12,7 +13,8 @@ import json
 import os
 import shlex
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import yaml
@@ -60,6 +62,7 @@ def release_values(image: str, watched: str) -> dict[str, object]:
     }
     values = chart_values()
     values["policy"]["watchNamespaces"] = [watched]
+    values["policy"]["approvedImages"].append(image)  # the in-cluster host runs it (its Python client)
     never_pull = "Never" if image.startswith("localhost/") else "IfNotPresent"
     values["image"] = {"repository": repository, "tag": tag, "pullPolicy": never_pull}
     values["operator"] = placement
@@ -96,15 +99,20 @@ def namespace(core: client.CoreV1Api, tmp_path_factory: pytest.TempPathFactory) 
 @pytest.fixture(scope="module")
 def host_pod(
     release: str,
+    image: str,
     cluster: Cluster,
     namespace: str,
     real_node: str,
     api_client: client.ApiClient,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[str]:
-    """A GymHost applied after the chart, HostReady through the in-cluster operator: its pod's name."""
+    """A GymHost applied after the chart, HostReady through the in-cluster operator: its pod's name. It runs
+    the project's image, so that its code can use the project's Python client as a Gym environment would."""
     for _ in make_volume(cluster, namespace, real_node, tmp_path_factory.mktemp("incluster-volume")):
-        apply(cluster, namespace, node_host(HOST, "crun"))
+        host = node_host(
+            HOST, "crun", image=image, command=["python", "-m", "http.server", "8080", "-d", "/env"]
+        )
+        apply(cluster, namespace, host)
         yield Hosts(api_client, namespace).wait_reason(HOST, "HostReady", timeout=180)["status"]["podName"]
 
 
@@ -125,17 +133,24 @@ def test_a_host_applied_after_the_chart_becomes_ready_and_runs_an_episode_throug
     cluster: Cluster, namespace: str, host_pod: str
 ) -> None:
     pod = host_pod
-    # The host's own view: the broker's URL and its lease from its environment, busybox wget as the client.
-    body = {"rolloutId": "r-1", "image": SHELL_IMAGE, "command": ["sleep", "600"]}
-    episode = broker_call(cluster, namespace, pod, "/v1/episodes", body)["id"]
+    # The host's own view: the broker's https URL, its lease and the broker's CA from its environment, as
+    # BrokerClient.from_environment() reads them; the certificate is the one the chart made.
+    env = exec_in(cluster, namespace, pod, 'echo "$GYMSANDBOX_BROKER_URL"; test -n "$GYMSANDBOX_BROKER_CA"')
+    assert (env.returncode, env.stdout.strip()) == (
+        0,
+        f"https://{RELEASE}-broker.{RELEASE_NAMESPACE}.svc:8443",
+    )
+    created = broker_call(
+        cluster, namespace, pod, "create_episode", "r-1", SHELL_IMAGE, command=["sleep", "600"]
+    )
+    episode = created["id"]
     eventually(
-        lambda: broker_call(cluster, namespace, pod, f"/v1/episodes/{episode}")["ready"],
+        lambda: broker_call(cluster, namespace, pod, "get_episode", episode)["ready"],
         120,
         f"episode {episode} Ready through the in-cluster broker",
     )
-    script = {"shell": "echo from $(hostname); exit 7"}
-    result = broker_call(cluster, namespace, pod, f"/v1/episodes/{episode}/exec", script)
-    assert result["exitCode"] == 7, result
+    result = broker_call(cluster, namespace, pod, "exec", episode, shell="echo from $(hostname); exit 7")
+    assert result["exit_code"] == 7, result
     assert str(result["stdout"]).startswith("from "), result
 
 
@@ -182,20 +197,21 @@ def metrics_page(cluster: Cluster, namespace: str, pod: str, address: str, timeo
         time.sleep(1)
 
 
+# Run inside the host pod: one BrokerClient call, its arguments as JSON, the answer as JSON on stdout.
+CLIENT_CALL = """
+import json, sys
+from gymsandbox.client import BrokerClient
+method, args, kwargs = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
+with BrokerClient.from_environment() as broker:
+    print(getattr(broker, method)(*args, **kwargs).model_dump_json())
+"""
+
+
 def broker_call(
-    cluster: Cluster, namespace: str, pod: str, path: str, body: Mapping[str, object] | None = None
-) -> dict[str, object]:
-    """One broker request made from inside the host pod (GET, or POST with a JSON body); the parsed reply."""
-    post = (
-        f"--header 'Content-Type: application/json' --post-data {shlex.quote(json.dumps(body))}"
-        if body
-        else ""
-    )
-    script = (
-        'wget -q -O - --header "Authorization: Bearer $GYMSANDBOX_LEASE_TOKEN" '
-        f'{post} "$GYMSANDBOX_BROKER_URL{path}"'
-    )
-    result = exec_in(cluster, namespace, pod, script)
-    assert result.returncode == 0, f"{path}: {result.stderr}"
-    reply: dict[str, object] = json.loads(result.stdout)
-    return reply
+    cluster: Cluster, namespace: str, pod: str, method: str, *args: object, **kwargs: object
+) -> Any:
+    """`BrokerClient.from_environment().<method>(*args, **kwargs)` run by Python inside the host pod."""
+    command = ["python", "-c", CLIENT_CALL, method, json.dumps(args), json.dumps(kwargs)]
+    result = exec_in(cluster, namespace, pod, shlex.join(command))
+    assert result.returncode == 0, f"{method}: {result.stderr}"
+    return json.loads(result.stdout)
