@@ -76,14 +76,25 @@ class _Phases(Collector):
         self.name, self.documentation, self.phases = name, documentation, phases
         self._lock = threading.Lock()
         self._by_source: dict[str, tuple[str, Tally[str]]] = {}
+        self._reported: dict[str, float] = {}
 
     def set(self, source: str, namespace: str, tally: Tally[str]) -> None:
         with self._lock:
             self._by_source[source] = (namespace, tally)
+            self._reported[source] = time.monotonic()
 
     def forget(self, source: str) -> None:
         with self._lock:
             self._by_source.pop(source, None)
+            self._reported.pop(source, None)
+
+    def prune(self, idle_seconds: float) -> None:
+        """Forget hosts that reported nothing for `idle_seconds` (gone, their deletion unseen)."""
+        cutoff = time.monotonic() - idle_seconds
+        with self._lock:
+            for source in [s for s, moment in self._reported.items() if moment < cutoff]:
+                self._by_source.pop(source, None)
+                del self._reported[source]
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         family = GaugeMetricFamily(self.name, self.documentation, labels=["namespace", "phase"])
@@ -219,6 +230,16 @@ class OperatorMetrics:
     def forget(self, uid: str) -> None:
         with self._started_lock:
             self._started.pop(uid, None)
+
+    def prune(self, idle_seconds: float, started_seconds: float) -> None:
+        """Forget hosts silent for `idle_seconds`, and the start times of objects created over
+        `started_seconds` ago that were never Ready nor seen deleted."""
+        self.hosts.prune(idle_seconds)
+        self.episodes.prune(idle_seconds)
+        cutoff = time.time() - started_seconds
+        with self._started_lock:
+            for uid in [u for u, started in self._started.items() if started < cutoff]:
+                del self._started[uid]
 
     def forget_host(self, uid: str) -> None:
         """A host released: neither it nor its episodes count any more."""

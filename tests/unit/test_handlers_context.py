@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import cast
 
 import pytest
@@ -33,3 +34,31 @@ def context(*patterns: str) -> OperatorContext:
 )
 def test_namespace_patterns(patterns: tuple[str, ...], namespace: str, served: bool) -> None:
     assert context(*patterns).watches(namespace) is served
+
+
+def test_prune_drops_what_is_kept_for_objects_idle_too_long_but_never_a_held_lock(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Objects whose deletion the operator never saw (a watch gap) are forgotten once idle: the maps stay
+    as large as the objects reconciled lately."""
+    clock = [1000.0]
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    ctx = context()
+    locks = {}
+    for uid in ("gone-host", "live-host", "busy-host"):
+        locks[uid] = ctx.locks(uid)
+        ctx.due(f"drift/{uid}", 10)
+        ctx.lingering[uid] = 1
+    clock[0] += 3000
+    ctx.locks("live-host")
+    ctx.due("drift/live-host", 10)
+    clock[0] += 1000  # gone-host and busy-host idle for 4000 s, but busy-host's lock is held
+    with locks["busy-host"]:
+        ctx.prune(idle_seconds=3600)
+    assert ("gone-host" in ctx.locks, "live-host" in ctx.locks, "busy-host" in ctx.locks) == (
+        False,
+        True,
+        True,
+    )
+    assert sorted(ctx.lingering) == ["busy-host", "live-host"]
+    assert ctx._last_run == {"drift/live-host": 4000.0}

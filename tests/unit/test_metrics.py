@@ -4,6 +4,7 @@ handler timing. (Live values during real flows: tests/integration/test_metrics.p
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter
 from datetime import UTC, datetime
 
@@ -124,3 +125,21 @@ def test_phase_gauges_sum_hosts_per_namespace_and_forget_released_hosts() -> Non
     metrics.forget_host("host-a")
     assert value("gymsandbox_episodes", {"namespace": "ns-1", "phase": "ready"}) == 1
     assert value("gymsandbox_episodes", {"namespace": "ns-1", "phase": "queued"}) == 0
+
+
+def test_hosts_silent_too_long_and_start_times_never_finished_are_pruned(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A host whose deletion was never seen stops counting once it reports nothing for an hour."""
+    clock = [1000.0]
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    metrics = OperatorMetrics()
+    metrics.episodes.set("gone-host", "ns-1", Counter({"ready": 2}))
+    metrics.created("never-ready", "2026-01-01T00:00:00Z")
+    metrics.created("recent", datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
+    clock[0] += 4000
+    metrics.episodes.set("live-host", "ns-1", Counter({"ready": 1}))
+    metrics.prune(3600, started_seconds=86_400)
+    value = metrics.registry.get_sample_value
+    assert value("gymsandbox_episodes", {"namespace": "ns-1", "phase": "ready"}) == 1
+    assert sorted(metrics._started) == ["recent"]

@@ -42,7 +42,13 @@ from gymsandbox.handlers.common import (
     status_changed,
     timestamp,
 )
-from gymsandbox.handlers.context import ERROR_BACKOFF_SECONDS, RESYNC_SECONDS, OperatorContext
+from gymsandbox.handlers.context import (
+    ERROR_BACKOFF_SECONDS,
+    IDLE_SECONDS,
+    PRUNE_SECONDS,
+    RESYNC_SECONDS,
+    OperatorContext,
+)
 from gymsandbox.handlers.kube import (
     EPISODE,
     GYMHOST,
@@ -329,7 +335,11 @@ def reconcile(body: kopf.Body, memo: kopf.Memo, reason: str, **_: Any) -> None:
 @observed("gymhost_resync")
 def resync(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """Drift correction and DNS re-resolution, level-based: the same reconcile on a timer."""
-    refresh_host(memo.context, body)
+    ctx: OperatorContext = memo.context
+    refresh_host(ctx, body)
+    if ctx.due("prune", PRUNE_SECONDS):
+        ctx.prune()
+        METRICS.prune(IDLE_SECONDS, started_seconds=IDLE_SECONDS * 24)
 
 
 @kopf.on.event("v1", "pods", labels={LABEL_MANAGED_BY: MANAGED_BY, LABEL_COMPONENT: COMPONENT_GYMHOST})
