@@ -46,7 +46,10 @@ def test_pod_runs_in_the_profile_runtime_with_sub_path_mounts_and_restricted_sec
     assert spec.runtime_class_name == "kata-qemu"
     assert spec.node_name == "kwok-kata-0"
     assert spec.automount_service_account_token is False
-    assert not any(v.projected or v.secret for v in spec.volumes), "no service-account token volume"
+    # No service-account token volume; the one Secret volume is the host's own lease.
+    assert [(v.name, v.secret.secret_name) for v in spec.volumes if v.projected or v.secret] == [
+        ("lease", SECRET)
+    ]
     container = spec.containers[0]
     mounts = {m.mount_path: (m.sub_path, bool(m.read_only)) for m in container.volume_mounts}
     assert mounts["/env"] == ("environments/swe-env-1.4.2", True)

@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 from tests.cluster_fixtures import Cluster, OperatorProcess
-from tests.integration.gymhosts import Hosts, apply
+from tests.integration.gymhosts import Hosts, apply, eventually, read_token
 from tests.node.conftest import HEALTH_BODY, Volume, exec_in, make_volume, module_namespace, node_host
+
+from gymsandbox.api.names import GROUP, VERSION
 
 RUNTIMES = ["crun", "gvisor"]
 UID = 65532
@@ -135,3 +137,35 @@ def test_kernel_seen_inside_is_the_runtimes(running_host: RunningHost, cluster: 
         host_release = Path("/proc/sys/kernel/osrelease").read_text().strip()
         assert out.splitlines()[-1] == host_release, out
         assert "gVisor" not in out
+
+
+def test_the_lease_token_is_a_file_that_follows_its_renewal(
+    running_host: RunningHost, cluster: Cluster, core: client.CoreV1Api, api_client: client.ApiClient
+) -> None:
+    """The token is also the mounted lease Secret: when the operator renews it (here: for a new lifetime),
+    the file in the running pod changes, with no restart; the variable keeps the token it started with."""
+    path = "$GYMSANDBOX_LEASE_TOKEN_FILE"
+    code, started_with = sh(
+        cluster, running_host, f'test "$(cat {path})" = "$GYMSANDBOX_LEASE_TOKEN" && cat {path}'
+    )
+    assert code == 0, started_with
+    client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+        GROUP, VERSION, running_host.namespace, "gymhosts", running_host.name,
+        {"spec": {"lifetime": {"ttlSeconds": 7000 + RUNTIMES.index(running_host.runtime)}}},
+    )  # fmt: skip
+    renewed = eventually(
+        lambda: (
+            (t := read_token(core, running_host.namespace, f"{running_host.name}-lease")) != started_with
+            and t
+        ),
+        60,
+        "the operator renewing the lease token",
+    )
+    eventually(
+        lambda: sh(cluster, running_host, f"cat {path}") == (0, renewed),
+        180,
+        "the mounted token file following the renewed Secret",
+    )
+    assert sh(cluster, running_host, 'echo "$GYMSANDBOX_LEASE_TOKEN"') == (0, started_with)
+    pod = core.read_namespaced_pod(running_host.pod, running_host.namespace)
+    assert pod.status.container_statuses[0].restart_count == 0

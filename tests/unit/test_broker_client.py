@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -485,5 +486,45 @@ def test_from_environment_reads_the_url_the_token_and_the_brokers_ca(monkeypatch
     with pytest.raises(ssl.SSLError):  # the CA given is the one trusted: a bad one is an error, not ignored
         BrokerClient.from_environment()
     monkeypatch.delenv("GYMSANDBOX_LEASE_TOKEN")
-    with pytest.raises(RuntimeError, match="GYMSANDBOX_LEASE_TOKEN not set"):
+    with pytest.raises(
+        RuntimeError, match=r"GYMSANDBOX_LEASE_TOKEN_FILE \(or GYMSANDBOX_LEASE_TOKEN\) not set"
+    ):
         BrokerClient.from_environment()
+
+
+def test_a_token_file_is_read_again_once_on_a_401_and_the_call_sent_with_the_new_token(
+    tmp_path: Path,
+) -> None:
+    """The operator renews the token or rotates the key; the mounted Secret follows; the client follows it."""
+    token_file = tmp_path / "token"
+    token_file.write_text("old-token\n")
+    script = Scripted([error(401, "unauthorized"), ok(EXEC_RESULT)])
+    client = BrokerClient(
+        "http://broker.test", token_file=token_file, transport=httpx.MockTransport(script.handle), retries=0
+    )
+    token_file.write_text("new-token\n")  # the kubelet updated the mounted Secret
+    with client:
+        # exec is never retried for other failures; a refused token did nothing, so it is sent again
+        assert client.exec("ep-1", ["true"]).exit_code == 0
+    assert [r.headers["Authorization"] for r in script.requests] == ["Bearer old-token", "Bearer new-token"]
+
+
+def test_a_401_with_the_token_file_unchanged_is_raised_at_once(tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text("same-token")
+    script = Scripted([error(401, "unauthorized")])
+    client = BrokerClient(
+        "http://broker.test", token_file=token_file, transport=httpx.MockTransport(script.handle)
+    )
+    with client, pytest.raises(BrokerClientError) as refused:
+        client.get_episode("ep-1")
+    assert (refused.value.code, len(script.requests)) == ("unauthorized", 1)
+
+
+def test_exactly_one_of_token_and_token_file(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="exactly one of token and token_file"):
+        BrokerClient("http://broker.test")
+    with pytest.raises(ValueError, match="exactly one of token and token_file"):
+        BrokerClient("http://broker.test", "t", token_file=tmp_path / "token")
+    with pytest.raises(BrokerClientError, match="cannot read the lease token file"):
+        BrokerClient("http://broker.test", token_file=tmp_path / "missing")

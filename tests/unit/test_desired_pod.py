@@ -9,7 +9,13 @@ from typing import Any
 import pytest
 
 from gymsandbox.api.gymhost import GymHostSpec
-from gymsandbox.api.names import ENV_BROKER_CA, ENV_BROKER_URL, ENV_LEASE_TOKEN, LEASE_TOKEN_KEY
+from gymsandbox.api.names import (
+    ENV_BROKER_CA,
+    ENV_BROKER_URL,
+    ENV_LEASE_TOKEN,
+    ENV_LEASE_TOKEN_FILE,
+    LEASE_TOKEN_KEY,
+)
 from gymsandbox.desired.labels import child_labels
 from gymsandbox.desired.names import child_name
 from gymsandbox.desired.owner import TEMPLATE_HASH_ANNOTATION, Owner
@@ -264,6 +270,7 @@ def test_episodes_workspaces_are_mounted_read_only_where_the_spec_says(policy: C
     assert [m["mountPath"] for m in container(policy, moved)["volumeMounts"] if m["readOnly"]] == [
         "/env",
         "/runs",
+        "/var/run/secrets/gymsandbox",
         "/data",
     ]
 
@@ -380,13 +387,32 @@ def test_lease_token_comes_from_the_lease_secret(policy: ClusterPolicy) -> None:
     }
 
 
+def test_lease_token_is_also_a_file_of_the_mounted_lease_secret(policy: ClusterPolicy) -> None:
+    """A file follows the Secret when the operator renews the token or rotates the key; a variable not."""
+    assert env_by_name(policy)[ENV_LEASE_TOKEN_FILE]["value"] == "/var/run/secrets/gymsandbox/token"
+    mount = mount_at(policy, "/var/run/secrets/gymsandbox")
+    assert (mount["readOnly"], "subPath" in mount) == (True, False)
+    assert volume(policy, mount["name"])["secret"] == {
+        "secretName": SECRET_NAME,
+        "items": [{"key": LEASE_TOKEN_KEY, "path": LEASE_TOKEN_KEY}],
+        "defaultMode": 0o440,
+    }
+
+
 def test_lease_token_is_never_a_literal_value(policy: ClusterPolicy) -> None:
     assert "value" not in env_by_name(policy)[ENV_LEASE_TOKEN]
 
 
-def test_env_has_exactly_the_user_variables_a_home_and_the_two_injected_ones(policy: ClusterPolicy) -> None:
+def test_env_has_exactly_the_user_variables_a_home_and_the_injected_ones(policy: ClusterPolicy) -> None:
     env = container(policy)["env"]
-    assert [e["name"] for e in env] == ["GYM_TASK_SET", "LOG_LEVEL", "HOME", ENV_BROKER_URL, ENV_LEASE_TOKEN]
+    assert [e["name"] for e in env] == [
+        "GYM_TASK_SET",
+        "LOG_LEVEL",
+        "HOME",
+        ENV_BROKER_URL,
+        ENV_LEASE_TOKEN,
+        ENV_LEASE_TOKEN_FILE,
+    ]
     assert env[2] == {"name": "HOME", "value": "/tmp"}  # the emptyDir: the root file system is read-only
 
 

@@ -22,7 +22,7 @@ from gymsandbox.api.common import (
     cel,
     list_map,
 )
-from gymsandbox.api.names import ENV_PREFIX_RESERVED
+from gymsandbox.api.names import ENV_PREFIX_RESERVED, LEASE_MOUNT_PATH
 
 # Container image reference: [registry[:port]/]path[:tag][@sha256:digest], lower-case path components.
 IMAGE_PATTERN = (
@@ -89,8 +89,8 @@ class HostWorkspace(Model):
 
 
 _MOUNT_PATHS = (
-    "([self.environment.mountPath, self.workspace.mountPath, self.workspace.episodesMountPath]"
-    " + (has(self.dataset) ? [self.dataset.mountPath] : []))"
+    f"(['{LEASE_MOUNT_PATH}', self.environment.mountPath, self.workspace.mountPath,"
+    " self.workspace.episodesMountPath] + (has(self.dataset) ? [self.dataset.mountPath] : []))"
 )
 
 
@@ -121,7 +121,12 @@ class Storage(Model):
 
     @model_validator(mode="after")
     def _distinct(self) -> Storage:
-        mounts = [self.environment.mount_path, self.workspace.mount_path, self.workspace.episodes_mount_path]
+        mounts = [
+            LEASE_MOUNT_PATH,  # the operator's own: the lease token as a file
+            self.environment.mount_path,
+            self.workspace.mount_path,
+            self.workspace.episodes_mount_path,
+        ]
         if self.dataset:
             mounts.append(self.dataset.mount_path)
         if nested_mount_paths(mounts):

@@ -23,6 +23,10 @@ ENV_PREFIX_RESERVED = "GYMSANDBOX_"
 ENV_BROKER_URL = "GYMSANDBOX_BROKER_URL"
 ENV_BROKER_CA = "GYMSANDBOX_BROKER_CA"  # PEM of the CA that signed the broker's certificate, when not public
 ENV_LEASE_TOKEN = "GYMSANDBOX_LEASE_TOKEN"  # noqa: S105 - the variable's name, not a secret
+# The lease token as a file of the host pod: the mounted lease Secret, which follows renewal and key rotation
+# (the variable above keeps the token the pod started with).
+ENV_LEASE_TOKEN_FILE = "GYMSANDBOX_LEASE_TOKEN_FILE"  # noqa: S105 - the variable's name, not a secret
+LEASE_MOUNT_PATH = "/var/run/secrets/gymsandbox"
 
 # Key of the lease token inside the lease Secret.
 LEASE_TOKEN_KEY = "token"  # noqa: S105 - a key name

@@ -30,6 +30,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, TypeVar
 from urllib.parse import quote
@@ -38,7 +39,7 @@ import httpx
 from pydantic import BaseModel, ValidationError
 
 from gymsandbox.api.common import validation_message
-from gymsandbox.api.names import ENV_BROKER_CA, ENV_BROKER_URL, ENV_LEASE_TOKEN
+from gymsandbox.api.names import ENV_BROKER_CA, ENV_BROKER_URL, ENV_LEASE_TOKEN, ENV_LEASE_TOKEN_FILE
 from gymsandbox.broker.models import (
     CreateEpisode,
     Episode,
@@ -65,6 +66,18 @@ EXEC_GRACE_SECONDS: Final = 30.0  # an exec may take timeout_seconds; the HTTP r
 DEFAULT_MAX_OUTPUT_BYTES: Final = 1_048_576
 
 M = TypeVar("M", bound=BaseModel)
+
+
+def _read_token(path: Path) -> str:
+    try:
+        token = path.read_text().strip()
+    except OSError as e:
+        raise BrokerClientError(
+            TRANSPORT_ERROR, f"cannot read the lease token file {path}: {e.strerror}"
+        ) from None
+    if not token:
+        raise BrokerClientError(TRANSPORT_ERROR, f"the lease token file {path} is empty")
+    return token
 
 
 def broker_ssl_context(ca_bundle: str) -> ssl.SSLContext:
@@ -97,7 +110,9 @@ class BrokerClientError(Exception):
 class BrokerClient:
     """One broker session over `httpx.Client`; use it as a context manager or call `close()`.
 
-    `token` is a host, owner or operate lease, sent as `Authorization: Bearer`; `rollout_id` is sent as
+    `token` is a host, owner or operate lease, sent as `Authorization: Bearer`; or `token_file`, a file
+    holding one (the host pod's mounted lease Secret), read at start and again once when the broker answers
+    401, so that a renewed token or a rotated key is picked up without a restart. `rollout_id` is sent as
     `X-Rollout-Id` (an operate lease needs it). `ca_bundle` (PEM) is the CA to verify an https broker with,
     when no public CA signed its certificate. `retries` is how many times an idempotent call is repeated
     after its first attempt. `sleep` is called with each retry delay (inject it in tests).
@@ -107,8 +122,9 @@ class BrokerClient:
     def __init__(
         self,
         base_url: str,
-        token: str,
+        token: str | None = None,
         *,
+        token_file: str | Path | None = None,
         rollout_id: str | None = None,
         ca_bundle: str | None = None,
         timeout: float = 60,
@@ -121,6 +137,11 @@ class BrokerClient:
     ) -> None:
         if retries < 0:
             raise ValueError("retries must be 0 or more")
+        if (token is None) == (token_file is None):
+            raise ValueError("give exactly one of token and token_file")
+        self._token_file = None if token_file is None else Path(token_file)
+        if self._token_file is not None:
+            token = _read_token(self._token_file)
         headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
         if rollout_id is not None:
             headers[ROLLOUT_HEADER] = rollout_id
@@ -143,12 +164,17 @@ class BrokerClient:
     def from_environment(cls, **options: Any) -> BrokerClient:
         """The client of the GymHost pod this runs in: the broker's URL, the host's lease token and the
         broker's CA (if any) from the variables the operator sets; `options` as for the constructor."""
-        missing = [name for name in (ENV_BROKER_URL, ENV_LEASE_TOKEN) if not os.environ.get(name)]
+        token_file = os.environ.get(ENV_LEASE_TOKEN_FILE) or None
+        token = None if token_file else os.environ.get(ENV_LEASE_TOKEN) or None
+        missing = [] if os.environ.get(ENV_BROKER_URL) else [ENV_BROKER_URL]
+        if not (token_file or token):
+            missing.append(f"{ENV_LEASE_TOKEN_FILE} (or {ENV_LEASE_TOKEN})")
         if missing:
             raise RuntimeError(f"not in a GymHost pod: {' and '.join(missing)} not set")
         return cls(
             os.environ[ENV_BROKER_URL],
-            os.environ[ENV_LEASE_TOKEN],
+            token,
+            token_file=token_file,
             ca_bundle=os.environ.get(ENV_BROKER_CA) or None,
             **options,
         )
@@ -286,7 +312,7 @@ class BrokerClient:
         headers = dict(headers or {})
         idempotent = method in IDEMPOTENT_METHODS or IDEMPOTENCY_HEADER in headers
         extra: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
-        attempt = 0
+        attempt, reread = 0, False
         while True:
             failure: BrokerClientError
             try:
@@ -303,6 +329,11 @@ class BrokerClient:
             else:
                 if response.is_success:
                     return response
+                if response.status_code == 401 and not reread and self._token_changed():
+                    reread = (
+                        True  # a refused token did nothing, so any call may be sent again with the new one
+                    )
+                    continue
                 failure = _failure(response)
                 if not (idempotent and response.status_code in RETRY_STATUSES and attempt < self.retries):
                     raise failure
@@ -318,6 +349,20 @@ class BrokerClient:
             )
             self._sleep(delay)
             attempt += 1
+
+    def _token_changed(self) -> bool:
+        """Read the token file again; True when it now holds another token (now sent)."""
+        if self._token_file is None:
+            return False
+        try:
+            token = _read_token(self._token_file)
+        except BrokerClientError:
+            return False
+        if self._http.headers["Authorization"] == f"Bearer {token}":
+            return False
+        self._http.headers["Authorization"] = f"Bearer {token}"
+        log.info("the lease token file holds a new token; sending it")
+        return True
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
         if retry_after is not None:

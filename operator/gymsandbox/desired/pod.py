@@ -11,6 +11,8 @@ from gymsandbox.api.names import (
     ENV_BROKER_CA,
     ENV_BROKER_URL,
     ENV_LEASE_TOKEN,
+    ENV_LEASE_TOKEN_FILE,
+    LEASE_MOUNT_PATH,
     LEASE_TOKEN_KEY,
     USER_LABEL_PREFIX,
 )
@@ -29,6 +31,7 @@ CONTAINER_NAME = "gym"
 # kubelet verify it without trusting the image's USER line.
 RUN_AS_USER = 65532
 STORAGE_VOLUME = "storage"
+LEASE_VOLUME = "lease"
 DATASET_VOLUME = "dataset"
 TMP_VOLUME = "tmp"
 # HOME when the spec gives none: most images set no HOME and have no account for RUN_AS_USER, so it would be
@@ -97,6 +100,7 @@ def _env(spec: GymHostSpec, broker: Broker, secret_name: str) -> list[dict[str, 
             "valueFrom": {"secretKeyRef": {"name": secret_name, "key": LEASE_TOKEN_KEY}},
         }
     )
+    env.append({"name": ENV_LEASE_TOKEN_FILE, "value": f"{LEASE_MOUNT_PATH}/{LEASE_TOKEN_KEY}"})
     return env
 
 
@@ -111,7 +115,7 @@ def _env_from(spec: GymHostSpec) -> list[dict[str, object]]:
 
 
 def _mounts_and_volumes(
-    host_uid: str, spec: GymHostSpec
+    host_uid: str, spec: GymHostSpec, secret_name: str
 ) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
     storage = spec.storage
     mounts: list[dict[str, object]] = [
@@ -134,10 +138,20 @@ def _mounts_and_volumes(
             "readOnly": True,
         },
         {"name": TMP_VOLUME, "mountPath": "/tmp", "readOnly": False},  # noqa: S108 - the container's own /tmp
+        # The lease token as a file following its Secret (renewal, key rotation); a subPath would not follow.
+        {"name": LEASE_VOLUME, "mountPath": LEASE_MOUNT_PATH, "readOnly": True},
     ]
     volumes: list[dict[str, object]] = [
         {"name": STORAGE_VOLUME, "persistentVolumeClaim": {"claimName": storage.claim_name}},
         {"name": TMP_VOLUME, "emptyDir": {"sizeLimit": "256Mi"}},
+        {
+            "name": LEASE_VOLUME,
+            "secret": {
+                "secretName": secret_name,
+                "items": [{"key": LEASE_TOKEN_KEY, "path": LEASE_TOKEN_KEY}],
+                "defaultMode": 0o440,  # the pod's group (fsGroup) reads it; nobody writes it
+            },
+        },
     ]
     if storage.dataset:
         mounts.append(
@@ -158,7 +172,7 @@ def _mounts_and_volumes(
 
 
 def _container(owner: Owner, spec: GymHostSpec, broker: Broker, secret_name: str) -> dict[str, object]:
-    mounts, _ = _mounts_and_volumes(owner.uid, spec)
+    mounts, _ = _mounts_and_volumes(owner.uid, spec, secret_name)
     limits = resource_limits(spec.resources)
     container: dict[str, object] = {
         "name": CONTAINER_NAME,
@@ -198,7 +212,7 @@ def runtime_scheduling(profile: RuntimeProfile) -> dict[str, object]:
 def host_pod(owner: Owner, spec: GymHostSpec, policy: ClusterPolicy, secret_name: str) -> Manifest:
     """The pod for an admitted spec; the caller has checked that spec.runtime names a known profile."""
     profile = policy.runtime_profiles[spec.runtime]
-    _, volumes = _mounts_and_volumes(owner.uid, spec)
+    _, volumes = _mounts_and_volumes(owner.uid, spec, secret_name)
     pod_spec: dict[str, object] = {
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,  # service env vars would map the cluster for untrusted code
