@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import httpx
+from kubernetes import client
 
-from tests.cluster_fixtures import cluster_script
+from tests.cluster_fixtures import Cluster, cluster_script
 from tests.integration.episodes import EPISODE_IMAGE, Episodes
+from tests.integration.gymhosts import Hosts, apply, read_token, sample
 
 
 def bearer(token: str) -> dict[str, str]:
@@ -25,3 +27,14 @@ def ready_episode(http: httpx.Client, token: str, episodes: Episodes, *, kwok_ex
         paths = cluster_script.Paths(cluster_script.STATE_DIR)  # type: ignore[attr-defined]
         cluster_script.enable_exec(paths, episodes.namespace, f"{episode_id}-sandbox")  # type: ignore[attr-defined]
     return episode_id
+
+
+def other_host_token(
+    cluster: Cluster, namespace: str, hosts: Hosts, core: client.CoreV1Api, name: str
+) -> str:
+    """Another run's host in `namespace` (the sample under `name`), HostReady: its lease token."""
+    _, host = sample()
+    host["metadata"] = {"name": name}
+    apply(cluster, namespace, host)
+    hosts.wait_reason(name, "HostReady")
+    return read_token(core, namespace, f"{name}-lease")

@@ -16,8 +16,8 @@ from kubernetes import client
 from gymsandbox.broker.service import BrokerSettings
 from tests.cluster_fixtures import Cluster, OperatorProcess
 from tests.integration.episodes import Episodes
-from tests.integration.gymhosts import Hosts, apply, read_token, sample
-from tests.security.broker_calls import bearer, ready_episode
+from tests.integration.gymhosts import Hosts
+from tests.security.broker_calls import bearer, other_host_token, ready_episode
 from tests.security.conftest import FLOOD
 
 pytestmark = pytest.mark.integration
@@ -41,11 +41,7 @@ def test_a_host_flooding_the_broker_is_capped_and_another_host_keeps_working(
 ) -> None:
     if not cluster.local:
         pytest.skip("kwok's exec (a local process per pod) runs the commands")
-    _, attacker = sample()
-    attacker["metadata"] = {"name": "flooder"}
-    apply(cluster, namespace, attacker)
-    hosts.wait_reason("flooder", "HostReady")
-    flooder_token = read_token(core, namespace, "flooder-lease")
+    flooder_token = other_host_token(cluster, namespace, hosts, core, "flooder")
     episodes = Episodes(api_client, namespace)
     victim_episode = ready_episode(http, host_token, episodes, kwok_exec=True)
     flood_episode = ready_episode(http, flooder_token, episodes, kwok_exec=True)

@@ -17,9 +17,9 @@ from kubernetes import client
 from gymsandbox.broker.service import TRANSFER_ERROR_BYTES, BrokerSettings
 from tests.cluster_fixtures import BrokerProcess, Cluster, OperatorProcess
 from tests.integration.episodes import Episodes
-from tests.integration.gymhosts import Hosts, apply, eventually, read_token, sample
+from tests.integration.gymhosts import Hosts, eventually
 from tests.scrape import scrape
-from tests.security.broker_calls import bearer, ready_episode
+from tests.security.broker_calls import bearer, other_host_token, ready_episode
 
 pytestmark = pytest.mark.integration
 
@@ -50,11 +50,7 @@ def test_a_host_holding_the_brokers_memory_is_capped_and_another_host_keeps_work
 ) -> None:
     if not cluster.local:
         pytest.skip("kwok's exec (a local process per pod) runs the transfers")
-    _, attacker = sample()
-    attacker["metadata"] = {"name": "hoarder"}
-    apply(cluster, namespace, attacker)
-    hosts.wait_reason("hoarder", "HostReady")
-    hoarder_token = read_token(core, namespace, "hoarder-lease")
+    hoarder_token = other_host_token(cluster, namespace, hosts, core, "hoarder")
     episodes = Episodes(api_client, namespace)
     victim_episode = ready_episode(http, host_token, episodes, kwok_exec=True)
     hoarder_episode = ready_episode(http, hoarder_token, episodes, kwok_exec=True)

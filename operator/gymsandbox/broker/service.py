@@ -450,22 +450,40 @@ class BrokerService:
             "backend_error", f"the transfer from the sandbox was cut short {READ_ATTEMPTS} times"
         )
 
-    async def put_file(
-        self, authorization: str | None, episode_id: str, path: str, body: Upload, rollout: str | None
-    ) -> None:
+    async def _write(
+        self,
+        authorization: str | None,
+        episode_id: str,
+        path: str,
+        body: Upload,
+        rollout: str | None,
+        *,
+        script: str,
+        check: Callable[[bytes, int], object] | None = None,
+    ) -> tuple[str, ExecOutcome]:
+        """An upload: its declared size reserved before its body is read, the body checked (off the event
+        loop), then piped into `script` in the sandbox. Returns the target path and the outcome."""
         caller = await self.caller(authorization)
         target = sandbox_path(path)
         async with self.shares.memory(caller, body.declared + 2 * TRANSFER_ERROR_BYTES):
             data = await body.read()
+            if check is not None:
+                await run_in_threadpool(check, data, self.state.settings.max_transfer_bytes)
             pod = await self._ready_pod(caller, episode_id, rollout)
             outcome = await self._run(
                 caller,
                 pod,
-                ["sh", "-c", WRITE_FILE, "sh", target, str(len(data))],
+                ["sh", "-c", script, "sh", target, str(len(data))],
                 stdin=data,
                 max_output=TRANSFER_ERROR_BYTES,
                 reserved=True,
             )
+        return target, outcome
+
+    async def put_file(
+        self, authorization: str | None, episode_id: str, path: str, body: Upload, rollout: str | None
+    ) -> None:
+        target, outcome = await self._write(authorization, episode_id, path, body, rollout, script=WRITE_FILE)
         if outcome.exit_code != 0:
             raise BrokerError("invalid_request", f"cannot write {target}: {_first_line(outcome.stderr)}")
 
@@ -488,20 +506,9 @@ class BrokerService:
         self, authorization: str | None, episode_id: str, path: str, body: Upload, rollout: str | None
     ) -> None:
         """Unpack a tar into `path`, replacing it whole; a refused or failed upload leaves nothing behind."""
-        caller = await self.caller(authorization)
-        target = sandbox_path(path)
-        async with self.shares.memory(caller, body.declared + 2 * TRANSFER_ERROR_BYTES):
-            data = await body.read()
-            await run_in_threadpool(check_archive, data, self.state.settings.max_transfer_bytes)
-            pod = await self._ready_pod(caller, episode_id, rollout)
-            outcome = await self._run(
-                caller,
-                pod,
-                ["sh", "-c", WRITE_DIRECTORY, "sh", target, str(len(data))],
-                stdin=data,
-                max_output=TRANSFER_ERROR_BYTES,
-                reserved=True,
-            )
+        target, outcome = await self._write(
+            authorization, episode_id, path, body, rollout, script=WRITE_DIRECTORY, check=check_archive
+        )
         if outcome.exit_code != 0:
             raise BrokerError(
                 "invalid_request", f"cannot unpack into {target}: {_first_line(outcome.stderr)}"
