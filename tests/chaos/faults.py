@@ -42,12 +42,17 @@ def wait_api(api_client: client.ApiClient, timeout: float = 120) -> float:
             time.sleep(0.25)
 
 
+CLAIM_RESYNC_WAIT = 90
+
+
 def burst(cluster: Cluster, namespace: str, api_client: client.ApiClient, count: int) -> Episodes:
     """A Ready host with room for `count` episodes, and `count` episodes created at once (ep-00, ...)."""
     claim, host = sample()
     set_path(host, "spec.episodes.maxConcurrent", count)
     apply(cluster, namespace, claim, host)
-    Hosts(api_client, namespace).wait_reason(HOST, "HostReady")
+    # Longer than elsewhere: the previous test may have just restarted the control plane, and a claim the
+    # controller manager saw bound before its volume reached its cache stays Lost until its next resync.
+    Hosts(api_client, namespace).wait_reason(HOST, "HostReady", timeout=CLAIM_RESYNC_WAIT)
     episodes = Episodes(api_client, namespace)
     for i in range(count):
         episodes.create(episode(f"ep-{i:02d}"))
