@@ -24,9 +24,10 @@ WORKDIR /src
 # Only what the build needs: pyproject.toml names README.md as the package's readme.
 COPY pyproject.toml README.md ./
 COPY operator/ operator/
-# The dependencies are bounded in pyproject.toml; `.` is this project, not a PyPI package. pip compiles the
-# byte code here, since the root filesystem is read-only at run time.
-RUN python3 -m pip --python /opt/gymsandbox/bin/python install --no-cache-dir . \
+# The dependencies are bounded in pyproject.toml; `.` is this project, not a PyPI package, and its `operator`
+# extra is what the operator and the broker need. pip compiles the byte code here, since the root
+# filesystem is read-only at run time.
+RUN python3 -m pip --python /opt/gymsandbox/bin/python install --no-cache-dir ".[operator]" \
     && /opt/gymsandbox/bin/gymsandbox version
 
 # ---- runtime: the Python runtime from Debian plus the virtualenv --------------------------------------

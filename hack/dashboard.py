@@ -30,6 +30,7 @@ from typing import Any
 import httpx
 
 import cluster  # hack/cluster.py, beside this script
+from pins import pin
 
 try:
     import matplotlib
@@ -45,12 +46,7 @@ SCRAPE_SECONDS = 2
 
 
 def version() -> str:
-    pins = dict(
-        line.split("=", 1)
-        for line in (ROOT / "hack" / "versions.env").read_text().splitlines()
-        if "=" in line and not line.startswith("#")
-    )
-    return pins["PROMETHEUS_VERSION"].strip()
+    return pin("PROMETHEUS_VERSION")
 
 
 def prometheus() -> Path:

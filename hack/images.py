@@ -41,6 +41,9 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from pins import pin  # hack/pins.py, beside this script
+
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("GYMSANDBOX_CACHE", Path.home() / ".cache" / "gymsandbox"))
 REGISTRY = "localhost/gymsandbox"
@@ -340,8 +343,7 @@ def debian_base(out: Path) -> None:
 
 def build_pause(out_dir: Path) -> Built:
     """Kubernetes' pause.c from the Go module cache (hack/build-binaries.sh downloads it)."""
-    pins = (ROOT / "hack" / "versions.env").read_text()
-    k8s = dict(line.split("=", 1) for line in pins.splitlines() if "=" in line)["K8S_VERSION"]
+    k8s = pin("K8S_VERSION")
     source = CACHE / "go" / "mod" / f"k8s.io/kubernetes@{k8s}" / "build" / "pause" / "linux" / "pause.c"
     if not source.is_file():
         raise SystemExit(f"images.py: {source} is missing: run hack/build-binaries.sh first")

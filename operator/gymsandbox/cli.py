@@ -8,12 +8,15 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from gymsandbox import __version__, chartschema, crdgen, dashboard
-from gymsandbox.broker.server import TLSFilesError, run_broker
-from gymsandbox.handlers.leases import SigningKeyError
-from gymsandbox.metrics import MetricsListenError
-from gymsandbox.policy.cluster import PolicyError
-from gymsandbox.runner import run_operator
+try:
+    from gymsandbox import __version__, chartschema, crdgen, dashboard
+    from gymsandbox.broker.server import TLSFilesError, run_broker
+    from gymsandbox.handlers.leases import SigningKeyError
+    from gymsandbox.metrics import MetricsListenError
+    from gymsandbox.policy.cluster import PolicyError
+    from gymsandbox.runner import run_operator
+except ModuleNotFoundError as missing:  # the light install: the host-side SDK without the `operator` extra
+    sys.exit(f"gymsandbox: {missing.name} is missing; the command needs: pip install 'gymsandbox[operator]'")
 
 Address = tuple[str, int]
 

@@ -22,7 +22,8 @@ from typing import Any, TypeVar
 import pytest
 from kubernetes import client
 
-from gymsandbox.client.broker import TRANSPORT_ERROR, BrokerClient, BrokerClientError
+from gymsandbox.client import BrokerClient, BrokerClientError
+from gymsandbox.client.calls import TRANSPORT_ERROR
 from tests.cluster_fixtures import BrokerProcess, Cluster, Identities, OperatorProcess
 from tests.integration.episodes import Episodes
 from tests.integration.gymhosts import read_token

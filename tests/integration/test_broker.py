@@ -73,6 +73,24 @@ def test_create_get_list_and_close_twice(
     assert (after.status_code, after.json()["code"]) == (404, "session_lost")
 
 
+def test_labels_reach_the_pod_under_the_user_prefix_and_the_view_carries_stalled_and_failure(
+    http: httpx.Client, host_token: str, api_client: client.ApiClient, core: client.CoreV1Api, namespace: str
+) -> None:
+    created = new_episode(http, host_token, labels={"instance-id": "django__django-11099"})
+    assert created.status_code == 201, created.text
+    view = created.json()
+    assert (view["stalled"], view["failure"]) == (False, None)
+    episodes = Episodes(api_client, namespace)
+    episodes.wait_ready(view["id"])
+    pod = (episodes.get(view["id"]) or {})["status"]["podName"]
+    labels = core.read_namespaced_pod(pod, namespace).metadata.labels
+    assert labels["user.gymsandbox.dev/instance-id"] == "django__django-11099"
+    prefixed = new_episode(http, host_token, labels={"app.kubernetes.io/name": "gymsandbox-broker"})
+    assert (prefixed.status_code, prefixed.json()["code"]) == (422, "invalid_request"), prefixed.text
+    assert "plain names without a prefix" in prefixed.json()["message"]
+    http.delete(f"/v1/episodes/{view['id']}", headers=auth(host_token))
+
+
 def test_retried_create_with_the_same_idempotency_key_returns_the_same_episode(
     http: httpx.Client, host_token: str
 ) -> None:

@@ -1,7 +1,9 @@
-"""BrokerClient against a scripted transport: headers, wire bodies, error mapping, and which calls retry."""
+"""BrokerClient and AsyncBrokerClient against a scripted transport: headers, wire bodies, error mapping, and
+which calls retry. Every test runs against both clients (the `mode` fixture)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import ssl
 import uuid
@@ -10,13 +12,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 import pytest
 
 from gymsandbox.broker.models import CreateEpisode, Episode, EpisodeList, ExecResult, Health, LeaseGrant
-from gymsandbox.client import BrokerClient, BrokerClientError
+from gymsandbox.client import AsyncBrokerClient, BrokerClient, BrokerClientError
 
 IMAGE = "registry.example.com/episodes/python-sandbox:3.12"
 TOKEN = "gs1.payload.signature"
@@ -56,6 +58,26 @@ def read_timeout(request: httpx.Request) -> httpx.Response:
     raise httpx.ReadTimeout("timed out", request=request)
 
 
+class Blocking:
+    """An AsyncBrokerClient driven from blocking code, so that one test speaks to both clients."""
+
+    def __init__(self, client: AsyncBrokerClient) -> None:
+        self._client = client
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._client, name)
+        return lambda *args, **kwargs: asyncio.run(method(*args, **kwargs))
+
+    def __repr__(self) -> str:
+        return repr(self._client)
+
+    def __enter__(self) -> Blocking:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        asyncio.run(self._client.aclose())
+
+
 @dataclass
 class Scripted:
     """A client whose transport answers from a script (the last answer repeats) and records everything."""
@@ -63,27 +85,39 @@ class Scripted:
     answers: list[Answer]
     requests: list[httpx.Request] = field(default_factory=list)
     sleeps: list[float] = field(default_factory=list)
+    mode: ClassVar[str] = "sync"  # or "async": set by the `mode` fixture
 
     def handle(self, request: httpx.Request) -> httpx.Response:
         self.requests.append(request)
         return self.answers[min(len(self.requests), len(self.answers)) - 1](request)
 
-    def client(self, **options: Any) -> BrokerClient:
-        return BrokerClient(
-            "http://broker.test",
-            TOKEN,
-            transport=httpx.MockTransport(self.handle),
-            sleep=self.sleeps.append,
-            **options,
-        )
+    def client(self, **options: Any) -> Any:
+        """The client under test (BrokerClient, or AsyncBrokerClient behind `Blocking`)."""
+        options = {"token": TOKEN, **options} if "token_file" not in options else options
+        transport = httpx.MockTransport(self.handle)
+        if self.mode == "sync":
+            return BrokerClient(
+                "http://broker.test", transport=transport, sleep=self.sleeps.append, **options
+            )
+
+        async def sleep(seconds: float) -> None:
+            self.sleeps.append(seconds)
+
+        return Blocking(AsyncBrokerClient("http://broker.test", transport=transport, sleep=sleep, **options))
 
     def body(self, index: int = -1) -> Any:
         return json.loads(self.requests[index].content)
 
 
-def scripted(*answers: Answer, **options: Any) -> tuple[BrokerClient, Scripted]:
+def scripted(*answers: Answer, **options: Any) -> tuple[Any, Scripted]:
     script = Scripted(list(answers))
     return script.client(**options), script
+
+
+@pytest.fixture(autouse=True, params=["sync", "async"])
+def mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setattr(Scripted, "mode", request.param)
+    return str(request.param)
 
 
 # --- headers and wire bodies ---------------------------------------------------------------------------
@@ -228,8 +262,9 @@ def test_fields_a_newer_broker_adds_are_ignored() -> None:
         ("../../etc/passwd", "%2E%2E/%2E%2E/etc/passwd"),
         ("./x/./y", "%2E/x/%2E/y"),
         ("ünï/cödé", "%C3%BCn%C3%AF/c%C3%B6d%C3%A9"),
+        ("/tmp/in/a.txt", "%2Ftmp/in/a.txt"),
     ],
-    ids=["plain", "reserved", "dot-dot", "dot", "unicode"],
+    ids=["plain", "reserved", "dot-dot", "dot", "unicode", "absolute"],
 )
 def test_paths_are_quoted_per_segment_and_never_resolved(path: str, quoted: str) -> None:
     client, script = scripted(raw(200, b"x"))
@@ -336,7 +371,7 @@ def test_retries_zero_means_one_attempt() -> None:
     assert (len(script.requests), script.sleeps) == (1, [])
 
 
-IDEMPOTENT_CALLS: dict[str, Callable[[BrokerClient], object]] = {
+IDEMPOTENT_CALLS: dict[str, Callable[[Any], object]] = {
     "health": lambda c: c.health(),
     "get": lambda c: c.get_episode("ep-1"),
     "list": lambda c: c.list_episodes(),
@@ -348,7 +383,7 @@ IDEMPOTENT_CALLS: dict[str, Callable[[BrokerClient], object]] = {
     "create-with-key": lambda c: c.create_episode("r-1", IMAGE, idempotency_key="k-1"),
     "create-without-key": lambda c: c.create_episode("r-1", IMAGE),
 }
-NEVER_RETRIED: dict[str, Callable[[BrokerClient], object]] = {
+NEVER_RETRIED: dict[str, Callable[[Any], object]] = {
     "exec": lambda c: c.exec("ep-1", ["true"]),
     "grant-lease": lambda c: c.grant_lease("ep-1"),
     "renew": lambda c: c.renew("ep-1", 600),
@@ -471,25 +506,34 @@ def test_backoff_is_exponential_with_jitter_and_bounded() -> None:
         assert ceiling / 2 <= slept <= ceiling
 
 
-def test_a_negative_retry_count_is_refused() -> None:
+CLIENTS: dict[str, type[BrokerClient] | type[AsyncBrokerClient]] = {
+    "sync": BrokerClient,
+    "async": AsyncBrokerClient,
+}
+
+
+def test_a_negative_retry_count_is_refused(mode: str) -> None:
     with pytest.raises(ValueError, match="retries"):
-        BrokerClient("http://broker.test", TOKEN, retries=-1)
+        CLIENTS[mode]("http://broker.test", TOKEN, retries=-1)
 
 
-def test_from_environment_reads_the_url_the_token_and_the_brokers_ca(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_from_environment_reads_the_url_the_token_and_the_brokers_ca(
+    mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kind = CLIENTS[mode]
     monkeypatch.setenv("GYMSANDBOX_BROKER_URL", "https://broker.example:8443")
     monkeypatch.setenv("GYMSANDBOX_LEASE_TOKEN", "tok")
+    monkeypatch.delenv("GYMSANDBOX_LEASE_TOKEN_FILE", raising=False)
     monkeypatch.delenv("GYMSANDBOX_BROKER_CA", raising=False)
-    with BrokerClient.from_environment(retries=0) as client:
-        assert repr(client) == "BrokerClient('https://broker.example:8443')"
+    assert repr(kind.from_environment(retries=0)) == f"{kind.__name__}('https://broker.example:8443')"
     monkeypatch.setenv("GYMSANDBOX_BROKER_CA", "not a certificate")
     with pytest.raises(ssl.SSLError):  # the CA given is the one trusted: a bad one is an error, not ignored
-        BrokerClient.from_environment()
+        kind.from_environment()
     monkeypatch.delenv("GYMSANDBOX_LEASE_TOKEN")
     with pytest.raises(
         RuntimeError, match=r"GYMSANDBOX_LEASE_TOKEN_FILE \(or GYMSANDBOX_LEASE_TOKEN\) not set"
     ):
-        BrokerClient.from_environment()
+        kind.from_environment()
 
 
 def test_a_token_file_is_read_again_once_on_a_401_and_the_call_sent_with_the_new_token(
@@ -499,9 +543,7 @@ def test_a_token_file_is_read_again_once_on_a_401_and_the_call_sent_with_the_new
     token_file = tmp_path / "token"
     token_file.write_text("old-token\n")
     script = Scripted([error(401, "unauthorized"), ok(EXEC_RESULT)])
-    client = BrokerClient(
-        "http://broker.test", token_file=token_file, transport=httpx.MockTransport(script.handle), retries=0
-    )
+    client = script.client(token_file=token_file, retries=0)
     token_file.write_text("new-token\n")  # the kubelet updated the mounted Secret
     with client:
         # exec is never retried for other failures; a refused token did nothing, so it is sent again
@@ -513,18 +555,17 @@ def test_a_401_with_the_token_file_unchanged_is_raised_at_once(tmp_path: Path) -
     token_file = tmp_path / "token"
     token_file.write_text("same-token")
     script = Scripted([error(401, "unauthorized")])
-    client = BrokerClient(
-        "http://broker.test", token_file=token_file, transport=httpx.MockTransport(script.handle)
-    )
+    client = script.client(token_file=token_file)
     with client, pytest.raises(BrokerClientError) as refused:
         client.get_episode("ep-1")
     assert (refused.value.code, len(script.requests)) == ("unauthorized", 1)
 
 
-def test_exactly_one_of_token_and_token_file(tmp_path: Path) -> None:
+def test_exactly_one_of_token_and_token_file(mode: str, tmp_path: Path) -> None:
+    kind = CLIENTS[mode]
     with pytest.raises(ValueError, match="exactly one of token and token_file"):
-        BrokerClient("http://broker.test")
+        kind("http://broker.test")
     with pytest.raises(ValueError, match="exactly one of token and token_file"):
-        BrokerClient("http://broker.test", "t", token_file=tmp_path / "token")
+        kind("http://broker.test", "t", token_file=tmp_path / "token")
     with pytest.raises(BrokerClientError, match="cannot read the lease token file"):
-        BrokerClient("http://broker.test", token_file=tmp_path / "missing")
+        kind("http://broker.test", token_file=tmp_path / "missing")

@@ -15,8 +15,8 @@ class Refuse:
         if name.split(".")[0] in {BLOCKED!r}:
             raise ImportError(f"{{name}} is not installed here")
 sys.meta_path.insert(0, Refuse())
-from gymsandbox.client import BrokerClient, BrokerClientError
-from gymsandbox.client.broker import broker_ssl_context
+from gymsandbox.client import AsyncBrokerClient, BrokerClient, BrokerClientError
+from gymsandbox.client.calls import broker_ssl_context
 print("ok")
 """
 

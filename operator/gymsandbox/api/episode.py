@@ -45,6 +45,8 @@ IMMUTABLE_FIELDS = (
     "labels",
 )
 MAX_UID = 2_147_483_647
+MAX_LABELS = 32
+LabelValue = Annotated[str, Field(pattern=LABEL_VALUE_PATTERN, max_length=63)]
 LABEL_KEYS_MESSAGE = (
     f"label keys must be plain names without a prefix (the pod carries them as {USER_LABEL_PREFIX}<name>)"
 )
@@ -153,9 +155,9 @@ class EpisodeSandboxSpec(Model):
     workspace: EpisodeWorkspace | None = Field(
         None, description="Optional read-write workspace of its own, on the host's claim."
     )
-    labels: dict[str, Annotated[str, Field(pattern=LABEL_VALUE_PATTERN, max_length=63)]] = Field(
+    labels: dict[str, LabelValue] = Field(
         default_factory=dict,
-        max_length=32,
+        max_length=MAX_LABELS,
         description=f"Labels for the sandbox pod, which carries each as {USER_LABEL_PREFIX}<name>. Keys are"
         " plain label names, without a prefix.",
         json_schema_extra={

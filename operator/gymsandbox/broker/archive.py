@@ -1,7 +1,7 @@
 """File-transfer safety, pure: sandbox paths and tar archives are checked before anything is written, so
 a refused upload leaves nothing behind.
 
-Paths are relative to the sandbox's working directory: no absolute paths, no `..`, no NUL. A tar member
+Paths are absolute in the sandbox, or relative to its working directory: no `..`, no NUL. A tar member
 may not be absolute, climb out with `..`, be a device or FIFO, or be a link whose target leaves the
 destination (a symlink to `/etc` followed by a file written "through" it is the classic escape).
 """
@@ -21,20 +21,17 @@ MAX_MEMBERS = 10_000
 
 
 def sandbox_path(path: str) -> str:
-    """A normalised relative path, or a BrokerError naming why not."""
+    """A normalised path in the sandbox (absolute, or relative to its working directory), or a BrokerError
+    naming why not. Either way it names a path of the sandbox's own file system, which its commands can
+    reach anyway: the checks keep a path meaning what it says, not the sandbox from itself."""
     if not path or len(path) > MAX_PATH_LENGTH or "\x00" in path:
         raise BrokerError("invalid_request", "path must be 1 to 1024 characters without NUL")
-    if path.startswith("/"):
-        raise BrokerError(
-            "invalid_request", f"path {path!r} is absolute; give it relative to the working directory"
-        )
-    parts = path.split("/")
-    if ".." in parts:
+    if ".." in path.split("/"):
         raise BrokerError("invalid_request", f"path {path!r} climbs out with '..'")
     normal = posixpath.normpath(path)
-    if normal in (".", ""):
-        raise BrokerError("invalid_request", "path must name a file or directory")
-    return normal
+    if normal in (".", "", "/", "//"):
+        raise BrokerError("invalid_request", "path must name a file or directory, not a root")
+    return "/" + normal.lstrip("/") if normal.startswith("/") else normal  # normpath keeps a leading "//"
 
 
 def _inside(name: str) -> bool:

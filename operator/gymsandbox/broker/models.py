@@ -6,13 +6,15 @@ from typing import Annotated
 
 from pydantic import Field, model_validator
 
-from gymsandbox.api.common import Model
+from gymsandbox.api.common import Failure, Model
 from gymsandbox.api.episode import (
+    MAX_LABELS,
     ROLLOUT_ID_PATTERN,
     EpisodeEgress,
     EpisodeEnvVar,
     EpisodeResources,
     EpisodeWorkspace,
+    LabelValue,
 )
 from gymsandbox.api.gymhost import Image
 
@@ -48,6 +50,8 @@ class CreateEpisode(Model):
     ttl_seconds: int | None = Field(None, ge=1, le=86_400, alias="ttlSeconds")
     egress: EpisodeEgress = Field(default_factory=EpisodeEgress)
     workspace: EpisodeWorkspace | None = None
+    # On the sandbox pod as user.gymsandbox.dev/<name> (EpisodeSandbox spec.labels: plain names only).
+    labels: dict[str, LabelValue] = Field(default_factory=dict, max_length=MAX_LABELS)
 
 
 class Episode(Model):
@@ -61,6 +65,10 @@ class Episode(Model):
     expires_at: str | None = None
     # The episode's workspace, if it has one, as the host sees it: this directory of its episodesMountPath.
     workspace_dir: str | None = None
+    # Stalled: it will not become Ready without a change (a Policy or Workload failure, or expiry). failure:
+    # why it is not Ready, classified (Infrastructure, Workload, Policy) so a trainer can mask the sample.
+    stalled: bool = False
+    failure: Failure | None = None
 
 
 class EpisodeList(Model):

@@ -16,7 +16,7 @@ from fastapi.concurrency import run_in_threadpool
 from pydantic import ValidationError
 
 from gymsandbox.api.common import validation_message
-from gymsandbox.api.conditions import Reason
+from gymsandbox.api.conditions import ConditionType, Reason
 from gymsandbox.api.episode import EpisodeSandboxSpec
 from gymsandbox.api.gymhost import GymHostSpec
 from gymsandbox.api.names import API_VERSION
@@ -88,9 +88,8 @@ class BrokerState:
 
 def episode_view(obj: Mapping[str, Any]) -> Episode:
     spec, status = obj.get("spec") or {}, obj.get("status") or {}
-    ready: Mapping[str, Any] = next(
-        (c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {}
-    )
+    conditions = {c.get("type"): c for c in status.get("conditions") or []}
+    ready: Mapping[str, Any] = conditions.get(ConditionType.READY, {})
     return Episode(
         id=obj["metadata"]["name"],
         rollout_id=spec.get("rolloutId", ""),
@@ -103,6 +102,8 @@ def episode_view(obj: Mapping[str, Any]) -> Episode:
         workspace_dir=episode_workspace_dir(obj["metadata"]["uid"])
         if spec.get("workspace") is not None
         else None,
+        stalled=(conditions.get(ConditionType.STALLED) or {}).get("status") == "True",
+        failure=status.get("failure"),
     )
 
 

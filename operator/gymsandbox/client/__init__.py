@@ -1,4 +1,5 @@
-"""Evaluator SDK: wait for a GymHost and read why it failed; drive episodes through the broker.
+"""Evaluator SDK: wait for a GymHost and read why it failed; drive episodes through the broker
+(sync or async).
 
 The broker client needs only httpx and pydantic, so code inside a Gym host can import it without kopf,
 FastAPI or the Kubernetes client; `wait_ready` and its errors (which use the Kubernetes client) are loaded
@@ -9,12 +10,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from gymsandbox.client.broker import BrokerClient, BrokerClientError
+from gymsandbox.client.broker import AsyncBrokerClient, BrokerClient, BrokerClientError
 
 if TYPE_CHECKING:
     from gymsandbox.client.gymhost import GymHostFailedError, GymHostTimeoutError, wait_ready
 
-__all__ = ["BrokerClient", "BrokerClientError", "GymHostFailedError", "GymHostTimeoutError", "wait_ready"]
+__all__ = [
+    "AsyncBrokerClient",
+    "BrokerClient",
+    "BrokerClientError",
+    "GymHostFailedError",
+    "GymHostTimeoutError",
+    "wait_ready",
+]
 
 _KUBERNETES_SIDE = ("GymHostFailedError", "GymHostTimeoutError", "wait_ready")
 

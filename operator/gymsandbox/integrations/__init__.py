@@ -1,0 +1,1 @@
+"""Adapters that let other frameworks use gymsandbox episodes (each imports its framework on load)."""
