@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 CLUSTER := $(PY) hack/cluster.py
 
 .PHONY: help venv binaries cluster-up cluster-down lint unit integration node security chaos test run crds \
-	bench bench-broker \
+	bench bench-broker bench-nemo-gym \
 	image kind-e2e
 
 help: ## list targets
@@ -32,7 +32,7 @@ cluster-up: venv binaries ## start the local control plane and the real node (or
 cluster-down: venv ## stop the real node and the control plane, put the host back as it was, remove .cluster/
 	$(CLUSTER) down
 
-LINTED := $(wildcard operator tests hack bench)
+LINTED := $(wildcard operator tests hack bench examples)
 
 lint: venv ## ruff and mypy (strict)
 	$(VENV)/bin/ruff check $(LINTED)
@@ -77,3 +77,6 @@ kind-e2e: venv ## kind cluster + image + chart, then tests/e2e against it (needs
 
 bench-broker: venv binaries ## 200 concurrent execs over 20 episodes: broker vs direct pods/exec, as ratios
 	$(PY) bench/broker.py
+
+bench-nemo-gym: venv binaries ## in a gVisor GymHost: NeMo Gym provider vs broker client per exec; start to first exec
+	$(PY) bench/nemo_gym.py

@@ -54,7 +54,12 @@ def log(message: str) -> None:
 
 @functools.cache
 def load_cluster_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gymsandbox_hack_cluster", ROOT / "hack" / "cluster.py")
+    return load_hack_script("cluster")
+
+
+def load_hack_script(name: str) -> ModuleType:
+    """hack/NAME.py as a module (hack/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(f"gymsandbox_hack_{name}", ROOT / "hack" / f"{name}.py")
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)

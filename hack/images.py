@@ -3,7 +3,8 @@
 
     hack/images.py build [--out DIR] [--coredns-binary PATH] [IMAGE ...]
 
-IMAGE is pause, shell, gymsandbox or coredns (default: all of them; coredns only with --coredns-binary).
+IMAGE is pause, shell, gymsandbox, swe-episode, gym-host or coredns (default: all of them; coredns only with
+--coredns-binary).
 Each archive is an oci-layout tar that `ctr -n k8s.io images import FILE` takes: index.json names the image
 with the `io.containerd.image.name` annotation. An archive's file name holds a hash of its inputs, so a file
 that exists is a cache hit. Prints one `NAME=PATH` line per image on stdout; progress goes to stderr.
@@ -13,6 +14,10 @@ that exists is a cache hit. Prints one `NAME=PATH` line per image on stdout; pro
     localhost/gymsandbox/gymsandbox:HASH  the project's Dockerfile, built by buildah (chroot isolation, vfs)
                                           on a debian:bookworm-slim made here with mmdebstrap
     localhost/gymsandbox/coredns:VERSION  the given static coredns binary
+    localhost/gymsandbox/swe-episode:HASH the sample episode image: Debian minbase (bash, coreutils, tar,
+                                          grep, sed, findutils) with python3 and ps, run as 65532
+    localhost/gymsandbox/gym-host:HASH    the sample Gym host (examples/gym-host/): Debian trixie's Python
+                                          3.13, nemo-gym (--no-deps) and this project's light install
 
 Runs as root (apt-get, mmdebstrap, buildah). Standard library only, so it runs before the project's
 virtualenv exists. The Debian packages it needs are installed with apt-get when missing.
@@ -60,6 +65,8 @@ PACKAGES = {
     "pause": ["gcc", "libc6-dev"],
     "shell": ["busybox-static"],
     "gymsandbox": ["buildah", "mmdebstrap", "ca-certificates"],
+    "swe-episode": ["mmdebstrap"],
+    "gym-host": ["mmdebstrap"],  # and pip in the Python running this script
     "coredns": [],
 }
 
@@ -317,24 +324,35 @@ class Buildah:
         self("tag", image_id, BASE_REF)
 
 
+def debian_rootfs(rootfs: Path, suite: str, packages: list[str]) -> None:
+    """Debian minbase of `suite` with `packages`, merged /usr, from this host's Debian mirror, slimmed like
+    the official slim images."""
+    sources: str | Path = next(path for path in DEBIAN_SOURCES if path.is_file())
+    if suite != "bookworm":  # this host's sources name bookworm's suites: the other suite from its mirror
+        mirror = re.search(r"^URIs:\s*(\S+)|^deb\s+(\S+)", Path(sources).read_text(), re.MULTILINE)
+        sources = (mirror.group(1) or mirror.group(2)) if mirror else "http://deb.debian.org/debian"
+    log(f"mmdebstrap {suite} minbase {' '.join(packages)} from {sources}")
+    options = ["--quiet", "--variant=minbase", "--mode=root", "--format=directory"]
+    merged_usr = "--hook-dir=/usr/share/mmdebstrap/hooks/merged-usr"
+    filters = [f"--dpkgopt={line}" for line in SLIM_DPKG_FILTERS]
+    include = [f"--include={','.join(packages)}"] if packages else []
+    run("mmdebstrap", *options, merged_usr, *filters, *include, suite, rootfs, sources, stdout=sys.stderr)
+    # The container runtime provides /dev, /etc/hostname and /etc/resolv.conf: drop this host's.
+    for path in [*(rootfs / "dev").iterdir(), rootfs / "etc/hostname", rootfs / "etc/resolv.conf"]:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
+    (rootfs / "etc/apt/apt.conf.d/docker-clean").write_text(SLIM_APT_CONF)
+    shutil.rmtree(rootfs / "var/lib/apt/lists", ignore_errors=True)
+    (rootfs / "var/lib/apt/lists").mkdir()
+
+
 def debian_base(out: Path) -> None:
-    """debian:bookworm-slim's equivalent: minbase with merged /usr from this host's Debian sources,
-    slimmed like the official image."""
-    sources = next(path for path in DEBIAN_SOURCES if path.is_file())
-    log(f"base: mmdebstrap bookworm minbase from {sources} (first time only)")
+    """debian:bookworm-slim's equivalent (first time only)."""
     with tempfile.TemporaryDirectory() as tmp:
         rootfs = Path(tmp) / "rootfs"
-        options = ["--quiet", "--variant=minbase", "--mode=root", "--format=directory"]
-        merged_usr = "--hook-dir=/usr/share/mmdebstrap/hooks/merged-usr"
-        filters = [f"--dpkgopt={line}" for line in SLIM_DPKG_FILTERS]
-        run("mmdebstrap", *options, merged_usr, *filters, "bookworm", rootfs, sources, stdout=sys.stderr)
-        # The container runtime provides /dev, /etc/hostname and /etc/resolv.conf: drop this host's.
-        for path in [*(rootfs / "dev").iterdir(), rootfs / "etc/hostname", rootfs / "etc/resolv.conf"]:
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path)
-            else:
-                path.unlink(missing_ok=True)
-        (rootfs / "etc/apt/apt.conf.d/docker-clean").write_text(SLIM_APT_CONF)
+        debian_rootfs(rootfs, "bookworm", [])
         image_archive(BASE_REF, [layer_tar(rootfs)], {"Cmd": ["bash"], "Env": [PATH_ENV]}, out)
 
 
@@ -460,6 +478,72 @@ def build_gymsandbox(out_dir: Path) -> Built:
     return ref, out
 
 
+# The sample images are keyed by their recipe and inputs, not by the day: the Debian packages in them are
+# whatever the mirror served when the archive was made (bump RECIPE to remake them).
+SWE_EPISODE_PACKAGES = ["python3-minimal", "procps"]
+GYM_HOST_PACKAGES = ["python3"]  # trixie: Python 3.13 (nemo-gym needs >= 3.12; bookworm has 3.11)
+GYM_HOST = ROOT / "examples" / "gym-host"
+GYM_HOST_LIB = "/opt/gym-host/lib"
+
+
+def build_swe_episode(out_dir: Path) -> Built:
+    """What SWE-style tasks need in a sandbox: a shell, coreutils, tar, python3; run as the sandbox user."""
+
+    def fill(rootfs: Path) -> None:
+        debian_rootfs(rootfs, "bookworm", SWE_EPISODE_PACKAGES)
+
+    config = {
+        "Cmd": ["sleep", "infinity"],
+        "User": f"{SANDBOX_UID}:{SANDBOX_UID}",
+        "Env": [PATH_ENV],
+        "WorkingDir": "/tmp",
+    }
+    key = cache_key(" ".join(SWE_EPISODE_PACKAGES).encode())
+    return rootfs_image(f"{REGISTRY}/swe-episode:{key}", out_dir / f"swe-episode-{key}.oci.tar", config, fill)
+
+
+def build_gym_host(out_dir: Path) -> Built:
+    """examples/gym-host/server.py on trixie's Python, with nemo-gym and this project's light install (its
+    wheel with httpx and pydantic, built for that Python by this host's pip) in GYM_HOST_LIB."""
+    _, project = project_sources()
+    nemo_gym = pin("NEMO_GYM_VERSION")
+    key = cache_key(
+        project.encode(), nemo_gym.encode(), " ".join(GYM_HOST_PACKAGES).encode(), *GYM_HOST.glob("*")
+    )
+
+    def fill(rootfs: Path) -> None:
+        debian_rootfs(rootfs, "trixie", GYM_HOST_PACKAGES)
+        in_rootfs = ["chroot", rootfs, "python3"]  # trixie's libc, not this host's
+        version = run(
+            *in_rootfs, "-c", "import sys; print(sys.version_info[1])", capture_output=True
+        ).stdout.strip()
+        target = rootfs / GYM_HOST_LIB.lstrip("/")
+        pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--quiet"]
+        quiet = {**os.environ, "PIP_ROOT_USER_ACTION": "ignore"}
+        wheel_for = ["--target", target, "--no-warn-conflicts", "--only-binary=:all:", "--implementation=cp",
+                     f"--python-version=3.{version}", f"--abi=cp3{version}",
+                     f"--platform=manylinux_2_17_{platform.machine()}"]  # fmt: skip
+        with tempfile.TemporaryDirectory() as wheels:
+            run(*pip, "wheel", "--no-deps", "--wheel-dir", wheels, ROOT, stdout=sys.stderr, env=quiet)
+            wheel = Path(wheels).glob("gymsandbox-*.whl")
+            run(*pip, "install", *wheel_for, *wheel, stdout=sys.stderr, env=quiet)
+        # --no-deps: the sandbox seam imports only the standard library. pip checks requires-python against
+        # the interpreter it runs on; the target's is 3.13, which nemo-gym's ">=3.12" admits.
+        run(*pip, "install", *wheel_for, "--no-deps", "--upgrade", "--ignore-requires-python",
+            f"nemo-gym=={nemo_gym}", stdout=sys.stderr, env=quiet)  # fmt: skip
+        shutil.copyfile(GYM_HOST / "server.py", rootfs / "opt/gym-host/server.py")
+        run(*in_rootfs, "-W", "ignore", "-m", "compileall", "-q", "/opt/gym-host")  # nemo-gym's own warnings
+
+    config = {
+        "Cmd": ["python3", "/opt/gym-host/server.py"],
+        "User": f"{SANDBOX_UID}:{SANDBOX_UID}",
+        "Env": [PATH_ENV, f"PYTHONPATH={GYM_HOST_LIB}", "PYTHONUNBUFFERED=1", "PYTHONDONTWRITEBYTECODE=1"],
+        "WorkingDir": "/tmp",
+        "ExposedPorts": {"8080/tcp": {}},
+    }
+    return rootfs_image(f"{REGISTRY}/gym-host:{key}", out_dir / f"gym-host-{key}.oci.tar", config, fill)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -482,6 +566,8 @@ def main() -> int:
         "pause": build_pause,
         "shell": build_shell,
         "gymsandbox": build_gymsandbox,
+        "swe-episode": build_swe_episode,
+        "gym-host": build_gym_host,
         "coredns": lambda out_dir: build_coredns(out_dir, args.coredns_binary.resolve()),
     }
     out_dir = args.out.resolve()

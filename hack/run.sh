@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
-# `make run`: the operator against KUBECONFIG's cluster, or against a local control plane started here,
-# with the sample policy and the sample GymHost. Ctrl-C stops the operator; `make cluster-down` the cluster.
+# `make run`. With no KUBECONFIG: the local control plane and, where this machine can run it, the real node;
+# then the chart (the operator and the broker as pods), the sample Gym host (examples/gym-host/) under gVisor,
+# one rollout posted to it end to end and its reward printed; then it follows the operator's log until
+# Ctrl-C (the cluster keeps running: `make cluster-down` stops it).
+# With KUBECONFIG set, or where the real node cannot run: the operator runs here against that cluster with
+# the sample policy and applies examples/gymhost.yaml (its image is a placeholder: it shows admission and
+# status; the sample Gym host needs images the cluster can pull, see hack/images.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -8,6 +13,21 @@ kubectl="$(hack/build-binaries.sh kubernetes | sed -n 's/^kubernetes=//p')/kubec
 if [[ -z "${KUBECONFIG:-}" ]]; then
   .venv/bin/python hack/cluster.py up
   export KUBECONFIG="$PWD/.cluster/kubeconfig"
+  if .venv/bin/python hack/sample.py check; then
+    pod=$(.venv/bin/python hack/sample.py up)
+    echo
+    echo "The sample Gym host gym-demo/$pod is Ready. One rollout: it opens an episode sandbox through NeMo"
+    echo "Gym's AsyncSandbox and the gymsandbox provider, runs the task's tests on the reference solution:"
+    .venv/bin/python hack/sample.py rollout
+    echo
+    echo "Post another:   .venv/bin/python hack/sample.py rollout"
+    echo "  or, with your own solution:"
+    echo "  KUBECONFIG=$KUBECONFIG $kubectl -n gym-demo exec -i $pod -- \\"
+    echo "    sh -c 'cat > /tmp/s.py && python3 /opt/gym-host/server.py post /tmp/s.py' < solution.py"
+    echo "Following the operator's log; Ctrl-C stops following (the cluster keeps running: make cluster-down)."
+    exec "$kubectl" logs -f -n gymsandbox-system deploy/gymsandbox-operator
+  fi
+  echo "So the operator runs here instead, against the local control plane's kwok nodes."
 fi
 policy=${GYMSANDBOX_POLICY:-examples/policy.yaml}
 sample=${GYMSANDBOX_SAMPLE:-examples/gymhost.yaml}

@@ -174,6 +174,7 @@ async def refused(args: dict[str, Any]) -> dict[str, Any]:
         "no_image": SandboxSpec(),
         "not_ready_in_time": SandboxSpec(image=args["image"], ready_timeout_s=0.05),
         "stalled": SandboxSpec(image=args["image"], entrypoint=["/no/such/program"], ready_timeout_s=120),
+        "root_owned_workdir": SandboxSpec(image=args["image"], workdir="/etc/task", ready_timeout_s=120),
     }
     for name, spec in specs.items():
         sandbox = AsyncSandbox(CONFIG, spec)

@@ -144,4 +144,12 @@ def test_refused_creations_raise_nemo_gyms_create_error_with_reason_and_kind(dri
     # a command that cannot start: the episode stalls, a Workload failure (score the sample)
     stalled = seen["stalled"]
     assert (stalled["verification_error"], stalled["kind"]) == (True, "Workload"), stalled["where"]
+    # a workdir the sandbox user cannot make (under root's /etc): the create fails, naming it
+    workdir = seen["root_owned_workdir"]
+    assert (workdir["verification_error"], workdir["reason"], workdir["kind"]) == (
+        True,
+        "WorkdirUnavailable",
+        "Workload",
+    ), workdir
+    assert "workdir /etc/task cannot be made as uid 65532" in workdir["message"]
     assert seen["open_after"] == []  # every refused or failed create closed its episode

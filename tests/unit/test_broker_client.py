@@ -569,3 +569,24 @@ def test_exactly_one_of_token_and_token_file(mode: str, tmp_path: Path) -> None:
         kind("http://broker.test", "t", token_file=tmp_path / "token")
     with pytest.raises(BrokerClientError, match="cannot read the lease token file"):
         kind("http://broker.test", token_file=tmp_path / "missing")
+
+
+def test_the_async_client_keeps_many_calls_in_flight_on_one_client() -> None:
+    """Fifty execs answered only once all fifty have arrived: a client that sent them one by one would time
+    out waiting (as a thread pool of a few workers would)."""
+    calls, everyone = 50, asyncio.Event()
+    arrived = []
+
+    async def handle(request: httpx.Request) -> httpx.Response:
+        arrived.append(request)
+        if len(arrived) == calls:
+            everyone.set()
+        await asyncio.wait_for(everyone.wait(), timeout=5)
+        return httpx.Response(200, json=EXEC_RESULT)
+
+    async def run_all() -> list[ExecResult]:
+        transport = httpx.MockTransport(handle)
+        async with AsyncBrokerClient("http://broker.test", TOKEN, transport=transport, retries=0) as client:
+            return await asyncio.gather(*(client.exec("ep-1", ["true"]) for _ in range(calls)))
+
+    assert [r.exit_code for r in asyncio.run(run_all())] == [0] * calls

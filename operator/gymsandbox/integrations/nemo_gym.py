@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import posixpath
 import time
 import uuid
 from collections.abc import Mapping
@@ -87,20 +88,28 @@ class Episode:
 
     id: str
     user: int
+    workdir: str | None = None
     closed: bool = False
+
+    def path(self, path: str) -> str:
+        """A sandbox path: a relative one is taken from the workdir, as NeMo Gym's callers expect."""
+        return posixpath.join(self.workdir, path) if self.workdir else path
 
 
 def episode_fields(spec: SandboxSpec) -> dict[str, Any]:
     """The broker's CreateEpisode fields (besides rollout id and image) for `spec`, or a SandboxSpecError.
-    `spec.files` are not here: NeMo Gym's `AsyncSandbox.start` uploads them after `create`."""
+    `spec.files` are not here: NeMo Gym's `AsyncSandbox.start` uploads them after `create`. Nor is
+    `spec.workdir`: a working directory the runtime makes for the container belongs to root, where the
+    sandbox user could not write; `create` makes it as that user instead."""
     options = dict(spec.provider_options or {})
     unknown = sorted(set(options) - PROVIDER_OPTIONS)
     if unknown:
         known = ", ".join(sorted(PROVIDER_OPTIONS))
         raise SandboxSpecError(f"unknown provider_options {', '.join(unknown)}; gymsandbox takes {known}")
+    if spec.workdir is not None and not spec.workdir.startswith("/"):
+        raise SandboxSpecError(f"workdir {spec.workdir!r} must be an absolute path")
     fields: dict[str, Any] = {
         "user": _uid(options.get("user", DEFAULT_UID), "provider_options.user"),
-        "workdir": spec.workdir,
         "env": [{"name": name, "value": str(value)} for name, value in (spec.env or {}).items()],
         "resources": _resources(spec.resources),
         "labels": _labels(spec.metadata or {}),
@@ -187,12 +196,32 @@ class GymsandboxProvider:
         deadline = time.monotonic() + timeout
         key = str((spec.provider_options or {}).get("idempotency_key") or uuid.uuid4())
         episode_id = await self._create(rollout_id(spec, self._rollout_id), spec.image, key, fields, deadline)
+        episode = Episode(episode_id, fields["user"], spec.workdir)
         try:
             await self._until_ready(episode_id, deadline, timeout)
+            if spec.workdir:
+                await self._make_workdir(episode_id, spec.workdir, episode.user)
         except BaseException:
             await self._close_quietly(episode_id)
             raise
-        return SandboxHandle(episode_id, PROVIDER_NAME, Episode(episode_id, fields["user"]))
+        return SandboxHandle(episode_id, PROVIDER_NAME, episode)
+
+    async def _make_workdir(self, episode_id: str, workdir: str, user: int) -> None:
+        try:
+            made = await self._client.exec(episode_id, ["mkdir", "-p", "--", workdir])
+        except BrokerClientError as error:
+            made_error: str | None = error.message
+        else:
+            made_error = (
+                None if made.exit_code == 0 else (made.stderr.strip() or f"exit code {made.exit_code}")
+            )
+        if made_error is not None:
+            raise EpisodeNotReadyError(
+                f"workdir {workdir} cannot be made as uid {user}: {made_error}",
+                reason="WorkdirUnavailable",
+                kind=FailureKind.WORKLOAD,
+                episode_id=episode_id,
+            )
 
     async def _create(
         self, rollout: str, image: str, key: str, fields: dict[str, Any], deadline: float
@@ -301,7 +330,7 @@ class GymsandboxProvider:
                 episode.id,
                 shell=command,
                 env=env,
-                workdir=cwd,
+                workdir=episode.path(cwd) if cwd else episode.workdir,
                 timeout_seconds=timeout,
                 max_output_bytes=self._max_output,
             )
@@ -317,11 +346,13 @@ class GymsandboxProvider:
         return SandboxExecResult(result.stdout, result.stderr, result.exit_code)
 
     async def upload_file(self, handle: SandboxHandle, source_path: Path, target_path: str) -> None:
+        episode = _episode(handle)
         data = await asyncio.to_thread(Path(source_path).read_bytes)
-        await self._client.put_file(_episode(handle).id, target_path, data)
+        await self._client.put_file(episode.id, episode.path(target_path), data)
 
     async def download_file(self, handle: SandboxHandle, source_path: str, target_path: Path) -> None:
-        data = await self._client.get_file(_episode(handle).id, source_path)
+        episode = _episode(handle)
+        data = await self._client.get_file(episode.id, episode.path(source_path))
         await asyncio.to_thread(_write, Path(target_path), data)
 
 
