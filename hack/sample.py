@@ -27,6 +27,8 @@ from typing import Any
 
 import yaml  # the project's virtualenv: `make run` runs this with it
 
+from gymsandbox.policy.cluster import USABLE_BY_LABEL
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cluster  # hack/cluster.py, beside this script
 from nodeconfig import REAL_NODE_LABEL, TAINT
@@ -43,7 +45,7 @@ RESTRICTED = {
     "pod-security.kubernetes.io/enforce": "restricted",
     "pod-security.kubernetes.io/enforce-version": "latest",
 }
-USABLE_BY = {"gymsandbox.dev/usable-by": "gymhosts"}  # the sample policy's references.claimSelector
+USABLE_BY = {USABLE_BY_LABEL: "gymhosts"}  # the sample policy's references.claimSelector
 
 
 def log(message: str) -> None:
@@ -110,7 +112,13 @@ def volume(sample: Sample, node: str) -> list[dict[str, Any]]:
     (root / ENVIRONMENT / "README").write_text("the sample Gym host's environment (mounted read-only)\n")
     for parent in (root, *root.parents):  # the kubelet (root) mounts it; the pods reach it as 65532
         parent.chmod(parent.stat().st_mode | 0o711)
-    name = f"pv-{sample.namespace}"
+    return local_volume(sample.namespace, root, node)
+
+
+def local_volume(namespace: str, root: Path, node: str) -> list[dict[str, Any]]:
+    """The claim CLAIM in `namespace`, bound to the directory `root` on `node` through a local
+    PersistentVolume (`pv-<namespace>`), labelled for hosts as the sample policy asks."""
+    name = f"pv-{namespace}"[:63]
     affinity = {"required": {"nodeSelectorTerms": [{"matchExpressions": [
         {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}}  # fmt: skip
     pv = {
@@ -122,7 +130,7 @@ def volume(sample: Sample, node: str) -> list[dict[str, Any]]:
             "accessModes": ["ReadWriteOnce"],
             "persistentVolumeReclaimPolicy": "Retain",
             "storageClassName": "",
-            "claimRef": {"namespace": sample.namespace, "name": CLAIM},
+            "claimRef": {"namespace": namespace, "name": CLAIM},
             "local": {"path": str(root)},
             "nodeAffinity": affinity,
         },
@@ -130,7 +138,7 @@ def volume(sample: Sample, node: str) -> list[dict[str, Any]]:
     claim = {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
-        "metadata": {"name": CLAIM, "namespace": sample.namespace, "labels": USABLE_BY},
+        "metadata": {"name": CLAIM, "namespace": namespace, "labels": USABLE_BY},
         "spec": {
             "accessModes": ["ReadWriteOnce"],
             "storageClassName": "",
@@ -195,7 +203,7 @@ def down(sample: Sample) -> None:
     )
     for kind, name in (("namespace", sample.namespace), ("namespace", sample.release_namespace)):
         sample.kubectl("delete", kind, name, "--ignore-not-found", "--wait=false")
-    sample.kubectl("delete", "pv", f"pv-{sample.namespace}", "--ignore-not-found", "--wait=false")
+    sample.kubectl("delete", "pv", f"pv-{sample.namespace}"[:63], "--ignore-not-found", "--wait=false")
     shutil.rmtree(sample.volume, ignore_errors=True)
 
 

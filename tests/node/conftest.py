@@ -20,12 +20,12 @@ from typing import Any
 import pytest
 from kubernetes import client
 from tests.cluster_fixtures import SHARED_PREFIX, Cluster, cluster_script
+from tests.hack_scripts import load
 from tests.integration.gymhosts import Hosts, apply, eventually, sample
 from tests.namespaces import restricted_namespace
 
-from gymsandbox.policy.cluster import USABLE_BY_LABEL
-
 node_script: Any = cluster_script.node_script()  # type: ignore[attr-defined]
+sample_script: Any = load("sample")  # hack/sample.py: the local volume's manifests
 SHELL_IMAGE = node_script.SHELL_IMAGE
 REAL_NODE_SELECTOR = f"{node_script.REAL_NODE_LABEL}=true"
 ENVIRONMENT = "environments/env-1"
@@ -105,37 +105,13 @@ def make_volume(cluster: Cluster, namespace: str, node: str, directory: Path) ->
     (root / "workspaces").mkdir()
     for parent in (directory, *directory.parents):  # the kubelet (root) mounts it; pods reach it as 65532
         parent.chmod(parent.stat().st_mode | 0o711)
-    name = f"pv-{namespace}"[:63]
-    pv = {
-        "apiVersion": "v1",
-        "kind": "PersistentVolume",
-        "metadata": {"name": name},
-        "spec": {
-            "capacity": {"storage": "1Gi"},
-            "accessModes": ["ReadWriteOnce"],
-            "persistentVolumeReclaimPolicy": "Retain",
-            "storageClassName": "",
-            "claimRef": {"namespace": namespace, "name": "gym-storage"},
-            "local": {"path": str(root)},
-            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
-                {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}},
-        },
-    }  # fmt: skip
-    claim = {
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": {"name": "gym-storage", "labels": {USABLE_BY_LABEL: "gymhosts"}},
-        "spec": {
-            "accessModes": ["ReadWriteOnce"],
-            "storageClassName": "",
-            "volumeName": name,
-            "resources": {"requests": {"storage": "1Gi"}},
-        },
-    }
+    pv, claim = sample_script.local_volume(namespace, root, node)
     cluster.kubectl_run("apply", "-f", "-", stdin=json.dumps(pv))
     apply(cluster, namespace, claim)
     yield Volume("gym-storage", root)
-    cluster.kubectl_run("delete", "pv", name, "--ignore-not-found", "--wait=false", check=False)
+    cluster.kubectl_run(
+        "delete", "pv", pv["metadata"]["name"], "--ignore-not-found", "--wait=false", check=False
+    )
 
 
 def node_host(name: str, runtime: str, **spec: Any) -> dict[str, Any]:

@@ -52,7 +52,9 @@ FAILURE_RETURN_CODE: Final = 125  # as OpenSandbox's provider: no process exit c
 PROVIDER_OPTIONS: Final = frozenset({"rollout_id", "user", "egress", "workspace", "idempotency_key"})
 GONE: Final = frozenset({"session_lost", "episode_not_found"})  # the broker's codes for an episode no more
 RETRY_CREATE: Final = frozenset({"quota_exceeded", "shutting_down", "transport_error", "backend_error"})
-POLICY_CODES: Final = frozenset({"image_not_approved", "invalid_request", "forbidden", "unauthorized"})
+# Refusals a change of spec or config must answer. A 401 is not one: a lease is refused for a while after
+# a key rotation, until the mounted token follows (Infrastructure: mask the sample, do not score it).
+POLICY_CODES: Final = frozenset({"image_not_approved", "invalid_request", "forbidden"})
 ROLLOUT_PREFIX: Final = "nemo-gym-"
 # Without an entrypoint a sandbox only waits for commands: an image's own CMD (often a shell) would exit.
 KEEP_ALIVE: Final = ("sleep", "2147483647")
@@ -247,7 +249,7 @@ class GymsandboxProvider:
             try:
                 episode = await self._client.get_episode(episode_id)
             except BrokerClientError as error:
-                if error.code in GONE or error.code in POLICY_CODES:
+                if error.code in GONE or error.code in POLICY_CODES or error.code == "unauthorized":
                     raise EpisodeNotReadyError(
                         f"episode {episode_id} is gone: {error.message}",
                         reason=error.code,
