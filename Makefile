@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 CLUSTER := $(PY) hack/cluster.py
 
-.PHONY: help venv binaries cluster-up cluster-down lint unit integration node security chaos test run crds \
+.PHONY: help venv binaries cluster-up cluster-down lint unit integration node security scale chaos test run crds \
 	bench bench-broker bench-nemo-gym \
 	image kind-e2e
 
@@ -60,14 +60,17 @@ chaos: venv binaries ## chaos tier: stalls, kills and restarts of the control pl
 security: venv binaries ## security tier: the threat model's attacks (docs/security.md)
 	$(VENV)/bin/pytest tests/security
 
-test: venv binaries lint ## everything CI runs: lint, unit, integration, node, security and (last) chaos tests
-	$(VENV)/bin/pytest tests/unit tests/integration tests/node tests/security tests/chaos
+scale: venv binaries ## scale tier: a thousand episodes over capped hosts (correctness; speed is make bench's)
+	$(VENV)/bin/pytest tests/scale
+
+test: venv binaries lint ## everything CI runs: lint, unit, integration, node, security, scale and (last) chaos
+	$(VENV)/bin/pytest tests/unit tests/integration tests/node tests/security tests/scale tests/chaos
 
 run: venv binaries ## the main job: the operator (and the sample GymHost) on KUBECONFIG's cluster, or a local one
 	hack/run.sh
 
-bench: venv binaries ## N episodes (default 200) vs a plain-client baseline: latency, writes, RSS as ratios
-	$(PY) bench/episodes.py -n $(or $(N),200)
+bench: venv binaries ## N episodes (default 200) over HOSTS hosts (1) vs a plain client: latency, writes, RSS
+	$(PY) bench/episodes.py -n $(or $(N),200) --hosts $(or $(HOSTS),1)
 
 image: ## build the container image with docker or podman (none here: CI lints the Dockerfile instead)
 	hack/image.sh

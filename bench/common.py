@@ -180,27 +180,36 @@ def write_policy(directory: Path, episodes: int) -> Path:
     return path
 
 
-def create_host(api: client.ApiClient, namespace: str, slots: int, timeout: float) -> None:
-    """The sample PVC and GymHost with episodes.maxConcurrent = slots; returns once the host is Ready."""
+def create_host(
+    api: client.ApiClient, namespace: str, slots: int, timeout: float, *, name: str = HOST
+) -> dict[str, Any]:
+    """The sample GymHost named `name` with episodes.maxConcurrent = slots (and the sample PVC, with the
+    first host); returns it once it is Ready."""
     claim, host = yaml.safe_load_all((ROOT / "examples" / "gymhost.yaml").read_text())
+    host["metadata"]["name"] = name
     host["spec"]["episodes"]["maxConcurrent"] = slots
-    client.CoreV1Api(api).create_namespaced_persistent_volume_claim(namespace, claim)
+    core = client.CoreV1Api(api)
+    try:
+        core.create_namespaced_persistent_volume_claim(namespace, claim)
+    except ApiException as e:
+        if e.status != 409:  # made with an earlier host
+            raise
     custom = client.CustomObjectsApi(api)
     custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "gymhosts", host)
     deadline, reason = time.monotonic() + timeout, "NoStatusYet"
     while time.monotonic() < deadline:
-        obj = plain(api, custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "gymhosts", HOST))
+        obj = plain(api, custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "gymhosts", name))
         ready, reason = ready_condition(obj)
         if ready:
-            return
+            return obj
         time.sleep(0.5)
-    raise TimeoutError(f"GymHost {HOST} not Ready after {timeout:.0f} s (last reason {reason})")
+    raise TimeoutError(f"GymHost {name} not Ready after {timeout:.0f} s (last reason {reason})")
 
 
-def delete_host(api: client.ApiClient, namespace: str, timeout: float) -> bool:
+def delete_host(api: client.ApiClient, namespace: str, timeout: float, *, name: str = HOST) -> bool:
     """Delete the GymHost and wait until it is gone (its finalizer released); False at the deadline."""
     custom = client.CustomObjectsApi(api)
-    host = (GROUP, VERSION, namespace, "gymhosts", HOST)
+    host = (GROUP, VERSION, namespace, "gymhosts", name)
     return delete_and_wait_gone(
         lambda: custom.delete_namespaced_custom_object(*host),
         lambda: custom.get_namespaced_custom_object(*host),
@@ -319,6 +328,12 @@ class BenchRun:
     def core(self) -> client.CoreV1Api:
         return client.CoreV1Api(self.api)
 
+    @property
+    def host_names(self) -> list[str]:
+        """The run's GymHosts: HOST, or with --hosts H > 1, HOST-00 ... in order."""
+        count = getattr(self.args, "hosts", 1)
+        return [HOST] if count == 1 else [f"{HOST}-{i:02d}" for i in range(count)]
+
     def delete_host_then_namespace(self, namespace: str) -> None:
         """Delete the GymHost (only while this run's operator runs to release its finalizer), then the
         namespace.
@@ -328,9 +343,10 @@ class BenchRun:
         Each wait is bounded by DELETE_TIMEOUT; what is still there then is logged and left.
         """
         if self.operator is not None and self.operator.running:
-            log(f"deleting GymHost {HOST} (and through it any episode left) in {namespace}")
-            if not delete_host(self.api, namespace, timeout=DELETE_TIMEOUT):
-                log(f"GymHost {HOST} in {namespace} is still there after {DELETE_TIMEOUT:.0f} s")
+            for host in self.host_names:
+                log(f"deleting GymHost {host} (and through it any episode left) in {namespace}")
+                if not delete_host(self.api, namespace, timeout=DELETE_TIMEOUT, name=host):
+                    log(f"GymHost {host} in {namespace} is still there after {DELETE_TIMEOUT:.0f} s")
         log(f"deleting namespace {namespace}")
         if not delete_namespace(self.core, namespace, timeout=DELETE_TIMEOUT):
             log(

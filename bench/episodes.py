@@ -1,22 +1,26 @@
 #!/usr/bin/env python3
 """Episode throughput benchmark: N EpisodeSandboxes under one GymHost, against a plain-client baseline.
 
-    python bench/episodes.py [-n 200] [--keep] [--slots K --ttl S]
+    python bench/episodes.py [-n 200] [--hosts H] [--keep] [--slots K --ttl S]
 
-Operator phase: a fresh namespace `bench-XXXXXX` with the sample PVC and GymHost (episodes.maxConcurrent
-= N, so nothing queues) and its own `gymsandbox operator --namespace bench-XXXXXX --verbose`. N episodes
-are created back to back by one client; a watch records when each one's Ready condition turns True.
+Operator phase: a fresh namespace `bench-XXXXXX` with the sample PVC and H GymHosts (episodes.maxConcurrent
+= N/H each, so nothing queues) and its own `gymsandbox operator --namespace bench-XXXXXX --verbose`. N
+episodes are created back to back by one client, round-robin over the hosts, each with its host as
+controller as the broker makes them; a watch records when each one's Ready condition turns True.
 Baseline phase: in `bench-base-XXXXXX`, the same N items made by a plain client, each a Secret, a
 NetworkPolicy and a Pod in that order (as the operator does); a watch records when each Pod turns Ready.
 
-With --slots K and --ttl S a queue forms instead, and drains as episodes expire S s after admission: the
-latencies then include the wait (a scenario for the dashboard, not a figure to compare). --refused R adds
+With --slots K and --ttl S (the cap mode) a queue forms instead, K per host, and drains as episodes expire
+S s after admission: the latencies then include the wait (not a figure to compare), and the FIFO line
+counts episodes admitted at a later second than the next one created for the same host (0 when the queue
+drains in order). --refused R adds
 R episodes whose image the policy does not approve (refused, so counted as Policy failures; not timed).
 
 Reported, never asserted: create-to-Ready latency p50/p90/p99 (nearest rank; an item's clock starts when
 its first create is sent), wall time (first create to last Ready), API writes per item (the operator's
 are counted from its request log and its kopf events during the episode phase; the baseline's are 3) and
-the operator's peak RSS (VmHWM), with ratios operator/baseline. The last line is the same as JSON.
+the operator's peak RSS (VmHWM), with ratios operator/baseline; then the operator's writes and reads in
+--steady seconds with every episode Ready (none are needed). The last line is the same as JSON.
 
 Uses the cluster KUBECONFIG names, else the local control plane (`hack/cluster.py up`, reused if it runs;
 never stopped here). Every wait is bounded; both namespaces are deleted at the end unless --keep.
@@ -25,6 +29,7 @@ never stopped here). Every wait is bounded; both namespaces are deleted at the e
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import re
@@ -45,7 +50,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.utils import parse_quantity
 
 import common
-from common import BENCH_LABEL, GROUP, HOST, IMAGE, OPERATOR_NAMESPACE, PLURAL, VERSION, Child, log, plain
+from common import BENCH_LABEL, GROUP, IMAGE, OPERATOR_NAMESPACE, PLURAL, VERSION, Child, log, plain
 
 RUNTIME_LABEL = "gymsandbox.dev/runtime"
 RUNTIME_CLASS = "kata-qemu"
@@ -56,6 +61,7 @@ UNAPPROVED_IMAGE = "docker.io/not-approved/miner:1"  # examples/policy.yaml appr
 MIB = 1024 * 1024
 
 WRITE_LINE = re.compile(r'"(POST|PUT|PATCH|DELETE) (\S+) HTTP/1\.1" (\d{3})')
+READ_LINE = re.compile(r'"GET (\S+) HTTP/1\.1" (\d{3})')
 KOPF_PATCH_LINE = re.compile(r"(?:Merge|JSON)-patching the (resource|status) with")
 COLUMNS = ("operator", "baseline")
 OPERATOR_STOP_GRACE = 20.0  # seconds from SIGTERM to SIGKILL
@@ -124,6 +130,7 @@ class ReadyWatcher(threading.Thread):
         self.api, self.list_call, self.args, self.state, self.deadline = api, list_call, args, state, deadline
         self.ready: dict[str, float] = {}
         self.reasons: dict[str, str] = {}
+        self.admitted: dict[str, str] = {}  # status.admittedAt, as first seen
         self.stopping = threading.Event()
         self.started_watch = threading.Event()
         self.error: BaseException | None = None
@@ -132,6 +139,9 @@ class ReadyWatcher(threading.Thread):
         name = body["metadata"]["name"]
         is_ready, reason = self.state(body)
         self.reasons[name] = reason
+        admitted_at = (body.get("status") or {}).get("admittedAt")
+        if admitted_at and name not in self.admitted:
+            self.admitted[name] = str(admitted_at)
         if is_ready and name not in self.ready:
             self.ready[name] = time.monotonic()
 
@@ -207,6 +217,8 @@ class PhaseResult:
     reasons: dict[str, str]  # last Ready reason seen, for the ones that never got there
     writes: Counter[str] = field(default_factory=Counter)
     create_seconds: float = 0.0
+    fifo_inversions: int | None = None
+    steady: tuple[int, int] | None = None  # (writes, reads) in --steady seconds once all were Ready
 
     @property
     def latencies(self) -> list[float]:
@@ -276,17 +288,37 @@ def kopf_events(core: client.CoreV1Api, namespace: str) -> set[str]:
     }
 
 
-def episode(name: str, ttl: int | None = None, image: str = IMAGE) -> dict[str, Any]:
+def episode(name: str, host: Mapping[str, Any], ttl: int | None = None, image: str = IMAGE) -> dict[str, Any]:
+    """As the broker makes it: the host (its controller) known at creation."""
     lifetime = {"lifetime": {"ttlSeconds": ttl}} if ttl else {}
+    meta = host["metadata"]
+    owner = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "GymHost",
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": False,
+    }
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "EpisodeSandbox",
-        "metadata": {"name": name},
-        "spec": {"hostRef": {"name": HOST}, "rolloutId": "bench", "image": image, **lifetime},
+        "metadata": {"name": name, "ownerReferences": [owner]},
+        "spec": {"hostRef": {"name": meta["name"]}, "rolloutId": "bench", "image": image, **lifetime},
     }
 
 
-def operator_phase(run: Run, namespace: str, operator: Child) -> PhaseResult:
+def fifo_inversions(names: list[str], hosts: int, admitted: Mapping[str, str]) -> int:
+    """Episodes (in creation order, round-robin over `hosts`) admitted at a later second than the next one
+    created for the same host."""
+    inversions = 0
+    for h in range(hosts):
+        times = [admitted[n] for n in names[h::hosts] if n in admitted]
+        inversions += sum(1 for a, b in itertools.pairwise(times) if a > b)
+    return inversions
+
+
+def operator_phase(run: Run, namespace: str, operator: Child, hosts: list[dict[str, Any]]) -> PhaseResult:
     n, custom, core = run.args.n, client.CustomObjectsApi(run.api), run.core
     watch_api = run.watch_client()
     watcher = ReadyWatcher(
@@ -302,23 +334,29 @@ def operator_phase(run: Run, namespace: str, operator: Child) -> PhaseResult:
     sent: dict[str, float] = {}
     events_before = kopf_events(core, namespace)
     start_offset = operator.log_offset()
-    for name in names:
+    for i, name in enumerate(names):
         sent[name] = time.monotonic()
-        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, episode(name, run.args.ttl))
+        body = episode(name, hosts[i % len(hosts)], run.args.ttl)
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
     for i in range(run.args.refused):  # not timed: they are refused, never Ready
-        refused = episode(f"refused-{i:04d}", image=UNAPPROVED_IMAGE)
+        refused = episode(f"refused-{i:04d}", hosts[i % len(hosts)], image=UNAPPROVED_IMAGE)
         custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, refused)
     created = time.monotonic() - min(sent.values())
     log(f"created {n} episodes in {created:.1f} s; waiting for Ready")
     wait_all_ready(watcher, names, run.args.stall)
     time.sleep(2)  # the writes that trail the last Ready (kopf's bookkeeping patch, events)
     end_offset = operator.log_offset()
+    time.sleep(run.args.steady)  # every episode Ready and nothing asked: what does the operator still do?
+    steady = operator.text(end_offset, operator.log_offset())
     watcher.finish()
     writes = count_writes(operator.text(start_offset, end_offset))
     events = len(kopf_events(core, namespace) - events_before)
     if events:
         writes["POST events (kopf)"] += events
-    return PhaseResult(sent, dict(watcher.ready), dict(watcher.reasons), writes, created)
+    result = PhaseResult(sent, dict(watcher.ready), dict(watcher.reasons), writes, created)
+    result.fifo_inversions = fifo_inversions(names, len(hosts), watcher.admitted)
+    result.steady = (sum(count_writes(steady).values()), len(READ_LINE.findall(steady)))
+    return result
 
 
 def baseline_items(index: int) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
@@ -421,7 +459,9 @@ def baseline_phase(run: Run, namespace: str) -> PhaseResult:
 # ---------------------------------------------------------------------------------------------- report
 
 
-def report(n: int, op: PhaseResult, base: PhaseResult, rss: Mapping[str, float | None]) -> dict[str, Any]:
+def report(
+    n: int, hosts: int, op: PhaseResult, base: PhaseResult, rss: Mapping[str, float | None]
+) -> dict[str, Any]:
     rows: list[tuple[str, float | None, float | None]] = [
         (f"p{p} create-to-Ready (s)", op.percentile(p), base.percentile(p)) for p in (50, 90, 99)
     ]
@@ -430,10 +470,15 @@ def report(n: int, op: PhaseResult, base: PhaseResult, rss: Mapping[str, float |
     op_writes, base_writes = sum(op.writes.values()) / n, sum(base.writes.values()) / n
     rows.append(("API writes per item", op_writes, base_writes))
     print()
-    print(f"N = {n}; Ready: operator {op.ready_count}/{n}, baseline {base.ready_count}/{n}")
+    print(
+        f"N = {n} over {hosts} host(s); Ready: operator {op.ready_count}/{n}, baseline {base.ready_count}/{n}"
+    )
     common.print_ratio_table(COLUMNS, [(label, a, b, 3) for label, a, b in rows])
     print(f"{'operator peak RSS, VmHWM (MiB)':<40} {common.fmt(rss.get('peak'), 1):>10}")
     print(f"{'  peak by the last Ready (MiB)':<40} {common.fmt(rss.get('at_ready'), 1):>10}")
+    print(f"{'FIFO inversions (admittedAt, per host)':<40} {op.fifo_inversions:>10}")
+    writes, reads = op.steady or (None, None)
+    print(f"{'steady state: writes, reads (not watches)':<40} {writes!s:>10} {reads!s:>10}")
     print()
     print("operator writes during the episode phase, per episode:")
     for key, count in op.writes.most_common():
@@ -443,6 +488,9 @@ def report(n: int, op: PhaseResult, base: PhaseResult, rss: Mapping[str, float |
             print(f"{label}: not Ready at the end, by last reason: {dict(missing)}")
     summary: dict[str, Any] = {
         "n": n,
+        "hosts": hosts,
+        "fifo_inversions": op.fifo_inversions,
+        "steady_writes_reads": op.steady,
         "ready": {"operator": op.ready_count, "baseline": base.ready_count},
         "operator_peak_rss_mib": rss.get("peak"),
         "operator_rss_at_ready_mib": rss.get("at_ready"),
@@ -486,7 +534,7 @@ def preflight(run: Run) -> None:
     n = run.args.n
     slots, account = free_slots(run.core, EPISODE_RESOURCES)
     log(f"kata capacity now: {account}; about {slots} pods of {EPISODE_RESOURCES} fit")
-    host_pod_share = 4  # the GymHost pod asks 2 CPUs: four episode pods' worth
+    host_pod_share = 4 * run.args.hosts  # a GymHost pod asks 2 CPUs: four episode pods' worth
     if n + host_pod_share > slots:
         log(
             f"WARNING: N={n} exceeds what the kata node(s) can hold now "
@@ -500,11 +548,15 @@ def phase_one(run: Run) -> PhaseResult:
     namespace = common.create_namespace(run.core, "bench")
     run.namespaces.append(namespace)
     log(f"operator phase in namespace {namespace}")
-    policy = common.write_policy(run.workdir, args.n)
+    per_host = math.ceil(args.n / args.hosts)
+    policy = common.write_policy(run.workdir, per_host)
     run.operator = common.start_operator(run.cluster.kubeconfig, policy, namespace, run.workdir)
-    common.create_host(run.api, namespace, args.slots or args.n, timeout=120)
-    log("GymHost Ready; creating episodes")
-    result = operator_phase(run, namespace, run.operator)
+    hosts = [
+        common.create_host(run.api, namespace, args.slots or per_host, timeout=120, name=name)
+        for name in run.host_names
+    ]
+    log(f"{len(hosts)} GymHost(s) Ready; creating episodes")
+    result = operator_phase(run, namespace, run.operator, hosts)
     run.rss["at_ready"] = peak_rss_mib(run.operator.process)
     if result.ready_count < args.n:
         problems = [
@@ -531,6 +583,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("-n", type=int, default=200, help="episodes (and baseline items); default 200")
+    parser.add_argument("--hosts", type=int, default=1, help="GymHosts the episodes are spread over (1)")
+    parser.add_argument(
+        "--steady", type=float, default=12, help="seconds counted once all are Ready (12: past a resync)"
+    )
     parser.add_argument("--keep", action="store_true", help="keep both namespaces and the operator log")
     parser.add_argument("--timeout", type=float, default=600, help="per-phase limit in seconds (600)")
     parser.add_argument("--stall", type=float, default=60, help="give up after this long with no new Ready")
@@ -542,10 +598,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--refused", type=int, default=0, help="also this many episodes the policy refuses (untimed)"
     )
     args = parser.parse_args(argv)
-    if not 1 <= args.n <= 1000:
-        parser.error("-n must be between 1 and 1000 (the CRD's maxConcurrent bound)")
-    if args.slots is not None and not (1 <= args.slots <= args.n and args.ttl):
-        parser.error("--slots must be between 1 and n, with --ttl so that the queue drains")
+    if not 1 <= args.hosts <= 50:
+        parser.error("--hosts must be between 1 and 50")
+    if not args.hosts <= args.n <= 1000 * args.hosts:
+        parser.error("-n must be between --hosts and 1000 per host (the CRD's maxConcurrent bound)")
+    if args.slots is not None and not (1 <= args.slots <= args.n // args.hosts and args.ttl):
+        parser.error("--slots must be between 1 and n per host, with --ttl so that the queue drains")
     return args
 
 
@@ -566,7 +624,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"kept namespaces {run.namespaces}; "
                     "the GymHost keeps its finalizer until an operator runs"
                 )
-        report(args.n, operator_result, baseline_result, run.rss)
+        report(args.n, args.hosts, operator_result, baseline_result, run.rss)
     return 0
 
 

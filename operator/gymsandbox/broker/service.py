@@ -190,10 +190,18 @@ class BrokerService:
             or await run_in_threadpool(backend.get_episode, caller.namespace, name) is None
         ):
             await self._check_quota(caller, host_spec)
+        host = caller.live["metadata"]
+        # The host is known here: its controller reference at creation saves the operator a write. Not
+        # blocking the host's deletion: that would need update on gymhosts/finalizers where the API server
+        # enforces owner-reference permissions, and the host's own finalizer closes its episodes anyway.
+        owner = {
+            **Owner("GymHost", host["name"], caller.namespace, host["uid"]).reference(),
+            "blockOwnerDeletion": False,
+        }
         manifest = {
             "apiVersion": API_VERSION,
             "kind": "EpisodeSandbox",
-            "metadata": {"name": name, "namespace": caller.namespace},
+            "metadata": {"name": name, "namespace": caller.namespace, "ownerReferences": [owner]},
             "spec": spec.wire(),
         }
         obj, created = await run_in_threadpool(backend.create_episode, manifest)

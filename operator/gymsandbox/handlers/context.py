@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import contextvars
 import fnmatch
+import logging
 import os
 import threading
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
 
 from gymsandbox.handlers.kube import Kube
+from gymsandbox.handlers.store import Store
 from gymsandbox.leases import SigningKey
 from gymsandbox.policy.cluster import ClusterPolicy
 from gymsandbox.policy.egress import BoundedResolver, Resolver
@@ -20,6 +26,13 @@ ERROR_BACKOFF_SECONDS = 2.0
 # What is kept per object is dropped after this long without a reconcile of it (OperatorContext.prune).
 IDLE_SECONDS = 3600.0
 PRUNE_SECONDS = 300.0
+LOG = logging.getLogger("gymsandbox")
+
+
+def host_of(episode: Mapping[str, Any]) -> str | None:
+    """The host an episode names (its group in the episode store)."""
+    ref = (episode.get("spec") or {}).get("hostRef") or {}
+    return ref.get("name") if isinstance(ref.get("name"), str) else None
 
 
 class KeyedLocks:
@@ -54,6 +67,59 @@ class KeyedLocks:
             return key in self._locks
 
 
+class Later:
+    """Calls made a little later, on one thread: at most one pending per key (the earliest wins). Each runs
+    in the context it was asked from (a kopf handler's: kopf's event posting needs it)."""
+
+    def __init__(self) -> None:
+        self._wakeup = threading.Condition()
+        self._pending: dict[str, tuple[float, Callable[[], None], contextvars.Context]] = {}
+        self._thread: threading.Thread | None = None
+
+    def call(self, key: str, delay: float, fn: Callable[[], None]) -> None:
+        with self._wakeup:
+            when = time.monotonic() + delay
+            if key in self._pending and self._pending[key][0] <= when:
+                return
+            self._pending[key] = (when, fn, contextvars.copy_context())
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="gymsandbox-later", daemon=True)
+                self._thread.start()
+            self._wakeup.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._wakeup:
+                moment = time.monotonic()
+                due = [k for k, (when, _, _) in self._pending.items() if when <= moment]
+                calls = [self._pending.pop(k)[1:] for k in due]
+                if not calls:
+                    soonest = min((when for when, _, _ in self._pending.values()), default=moment + 60)
+                    self._wakeup.wait(timeout=soonest - moment)
+                    continue
+            for fn, context in calls:
+                try:
+                    context.run(fn)
+                except Exception:  # the periodic passes repair what a deferred call missed
+                    LOG.exception("a deferred reconcile failed")
+
+
+@dataclass(frozen=True)
+class Admission:
+    """An admission decided in memory and not yet written to the episode's status."""
+
+    admitted_at: datetime
+    expires_at: datetime
+
+
+@dataclass
+class Made:
+    """An episode's children this process made or checked."""
+
+    lease: tuple[Any, str, str] | None = None  # what its token is for, the Secret's name, the token
+    policy: str | None = None  # the NetworkPolicy's template hash
+
+
 @dataclass(frozen=True)
 class OperatorContext:
     policy: ClusterPolicy
@@ -66,6 +132,22 @@ class OperatorContext:
     _last_run: dict[str, float] = field(default_factory=dict)
     # Per host uid: sandbox pods still running without an open episode at the last look (each holds a slot).
     lingering: dict[str, int] = field(default_factory=dict)
+    # What the watches have seen (handlers/store.py): episodes by host, sandbox pods, hosts.
+    episodes: Store = field(default_factory=lambda: Store(host_of))
+    pods: Store = field(default_factory=Store)
+    hosts: Store = field(default_factory=Store)
+    # Per episode uid: admissions decided and not yet in its status (the planner counts them as holding).
+    admissions: dict[str, Admission] = field(default_factory=dict)
+    # Per episode uid: the children this process made or checked, by kind, with their digest; a drift
+    # found by a listing forgets them, so the next reconcile looks again.
+    children: dict[str, Made] = field(default_factory=dict)
+    later: Later = field(default_factory=Later)
+    # Episode uids seen by the watch whose event handler has not run yet (it reconciles them itself).
+    arriving: set[str] = field(default_factory=set)
+    # Per episode uid: its last policy verdict, with the spec generation and host version it was made for.
+    judgements: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    # RuntimeClass names seen to exist, and when (a missing one is asked for again every time).
+    runtime_classes: dict[str, float] = field(default_factory=dict)
 
     def watches(self, namespace: str) -> bool:
         """Whether `namespace` is this operator's to handle, as kopf matches its --namespace patterns."""
@@ -94,6 +176,15 @@ class OperatorContext:
             self._last_run.pop(key, None)
         for uid in [u for u in self.lingering if u not in self.locks]:
             self.lingering.pop(uid, None)
+        for per_episode in (self.children, self.judgements, self.admissions):
+            for uid in [u for u in per_episode if u not in self.locks]:
+                per_episode.pop(uid, None)
+
+    def forget_episode(self, uid: str) -> None:
+        self.locks.forget(uid)
+        self.admissions.pop(uid, None)
+        self.children.pop(uid, None)
+        self.judgements.pop(uid, None)
 
     def forget_host(self, uid: str) -> None:
         """Drop what is kept per host once it is gone: the maps stay as large as the live hosts."""

@@ -26,7 +26,7 @@ from gymsandbox.api.names import (
     MANAGED_BY,
     VERSION,
 )
-from gymsandbox.desired.labels import COMPONENT_GYMHOST
+from gymsandbox.desired.labels import COMPONENT_GYMHOST, host_sandbox_pods_selector
 from gymsandbox.desired.networkpolicy import egress_policy, egress_policy_name, egress_rules
 from gymsandbox.desired.owner import TEMPLATE_HASH_ANNOTATION, Manifest, Owner
 from gymsandbox.desired.pod import CONTAINER_NAME, host_pod, host_pod_name
@@ -66,6 +66,7 @@ from gymsandbox.handlers.kube import (
     owned_by,
 )
 from gymsandbox.handlers.leases import ensure_lease_secret
+from gymsandbox.handlers.store import Store
 from gymsandbox.leases import Claims, Kind, Scope
 from gymsandbox.metrics import METRICS, host_phase
 from gymsandbox.policy.admission import Refusal, admit_gymhost, host_ttl_seconds
@@ -104,9 +105,9 @@ def expiry(meta: Mapping[str, Any], spec: GymHostSpec, policy: ClusterPolicy) ->
     return created + timedelta(seconds=host_ttl_seconds(spec, policy))
 
 
-def ensure_network_policy(kube: Kube, owner: Owner, desired: Manifest) -> Manifest:
+def ensure_network_policy(kube: Kube, owner: Owner, desired: Manifest, *, fresh: bool = False) -> Manifest:
     """Create or adopt the policy; an edited one gets its spec back."""
-    existing, created = create_or_adopt(kube, desired, owner.uid)
+    existing, created = create_or_adopt(kube, desired, owner.uid, fresh=fresh)
     if not created and (existing.get("spec") != desired["spec"] or _hash(existing) != _hash(desired)):
         meta = {**existing["metadata"], "annotations": desired["metadata"]["annotations"]}
         existing = kube.replace(NETWORK_POLICY, {**existing, "metadata": meta, "spec": desired["spec"]})
@@ -153,12 +154,22 @@ def binds_on_first_use(kube: Kube, claim: Mapping[str, Any]) -> bool:
     return storage_class is not None and storage_class.get("volumeBindingMode") == "WaitForFirstConsumer"
 
 
-def ensure_pod(kube: Kube, owner: Owner, desired: Manifest) -> Manifest | None:
-    """Create the pod, or replace it when its template changed or it finished. Returns the live pod."""
+def ensure_pod(
+    kube: Kube, owner: Owner, desired: Manifest, *, seen: Store | None = None, fresh: bool = False
+) -> Manifest | None:
+    """Create the pod, or replace it when its template changed or it finished. Returns the live pod.
+    `seen`: the pods the watch has seen, read instead of the API (a pod it has not seen yet is created,
+    and adopted when it turns out to exist)."""
     meta = desired["metadata"]
-    pod = kube.get(POD, owner.namespace, meta["name"])
+    pod = (
+        seen.get(owner.namespace, meta["name"])
+        if seen is not None
+        else kube.get(POD, owner.namespace, meta["name"])
+    )
     if pod is None:
-        pod, _ = create_or_adopt(kube, desired, owner.uid)
+        pod, _ = create_or_adopt(kube, desired, owner.uid, fresh=fresh or seen is not None)
+        if seen is not None:
+            seen.put(pod)
         return pod
     if not owned_by(pod, owner.uid):
         raise ChildConflictError(f"Pod {meta['name']} already exists and is not controlled by this object")
@@ -174,9 +185,10 @@ def ensure_pod(kube: Kube, owner: Owner, desired: Manifest) -> Manifest | None:
     return pod
 
 
-def delete_pod(kube: Kube, owner: Owner, name: str) -> None:
-    """Delete the owner's pod of that name at once; a pod someone else made under that name is left alone."""
-    pod = kube.get(POD, owner.namespace, name)
+def delete_pod(kube: Kube, owner: Owner, name: str, *, seen: Store | None = None) -> None:
+    """Delete the owner's pod of that name at once; a pod someone else made under that name is left alone.
+    `seen`: as for ensure_pod."""
+    pod = seen.get(owner.namespace, name) if seen is not None else kube.get(POD, owner.namespace, name)
     if pod is not None and owned_by(pod, owner.uid):
         kube.delete(POD, owner.namespace, name, uid=pod["metadata"]["uid"], grace_seconds=0)
 
@@ -400,11 +412,14 @@ def release_hosts(ctx: OperatorContext, namespace: str, hosts: list[Manifest]) -
 
 
 def release(ctx: OperatorContext, owner: Owner) -> None:
-    """Stop the host's pod at once and close its episodes, including those not adopted yet (the garbage
-    collector knows only owned ones); the collector removes the other children."""
+    """Stop the host's pod and its episodes' sandbox pods at once, and close its episodes, including those
+    not adopted yet (the garbage collector knows only owned ones, and deletes some twenty objects a
+    second); the collector removes the other children."""
     delete_pod(ctx.kube, owner, host_pod_name(owner))
     ctx.kube.delete_collection(EPISODE, owner.namespace, fields=f"spec.hostRef.name={owner.name}")
+    ctx.kube.delete_collection(POD, owner.namespace, labels=host_sandbox_pods_selector(owner.name))
     ctx.forget_host(owner.uid)
+    ctx.hosts.remove({"metadata": {"namespace": owner.namespace, "name": owner.name, "uid": owner.uid}})
     METRICS.forget_host(owner.uid)
 
 

@@ -271,11 +271,14 @@ def owned_by(obj: Mapping[str, Any], uid: str) -> bool:
     return any(ref.get("uid") == uid and ref.get("controller") for ref in refs)
 
 
-def create_or_adopt(kube: Kube, manifest: Mapping[str, Any], owner_uid: str) -> tuple[Manifest, bool]:
-    """Create the child; if its name exists and the owner controls it, adopt it. Returns (object, created)."""
+def create_or_adopt(
+    kube: Kube, manifest: Mapping[str, Any], owner_uid: str, *, fresh: bool = False
+) -> tuple[Manifest, bool]:
+    """Create the child; if its name exists and the owner controls it, adopt it. Returns (object, created).
+    `fresh`: the owner was just admitted, so the child is most likely not there: create without looking."""
     kind = KINDS[manifest["kind"]]
     meta = manifest["metadata"]
-    existing = kube.get(kind, meta["namespace"], meta["name"])
+    existing = None if fresh else kube.get(kind, meta["namespace"], meta["name"])
     if existing is None:
         try:
             return kube.create(kind, manifest), True

@@ -117,12 +117,12 @@ def _still_valid(token: str, key: SigningKey, owner: Owner, wanted: Claims, now:
 
 
 def ensure_lease_secret(
-    kube: Kube, owner: Owner, key: SigningKey, wanted: Claims, now: int
+    kube: Kube, owner: Owner, key: SigningKey, wanted: Claims, now: int, *, fresh: bool = False
 ) -> tuple[str, str]:
     """The owner's lease Secret holds a token valid for `wanted`; a missing, tampered, foreign or outdated
     one (renewed expiry, rotated key) is replaced. Returns (Secret name, token)."""
     token = issue(wanted, key)
-    secret, created = create_or_adopt(kube, lease_secret(owner, token), owner.uid)
+    secret, created = create_or_adopt(kube, lease_secret(owner, token), owner.uid, fresh=fresh)
     name = str(secret["metadata"]["name"])
     current = secret_token(secret)
     if created or (current and _still_valid(current, key, owner, wanted, now)):

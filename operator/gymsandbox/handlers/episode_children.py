@@ -1,0 +1,271 @@
+"""An admitted episode's children (its lease Secret, NetworkPolicy and Pod, in that order) and their repair.
+
+What this process made or checked is remembered per episode (OperatorContext.children), so a reconcile
+after the first (its pod turning Ready, say) makes no request for them; the sandbox pod is read from the
+pod store. The periodic drift pass lists the children and makes the next reconcile look again at those of
+an episode whose child is missing, edited or stale.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from gymsandbox.api.conditions import Reason
+from gymsandbox.api.episode import EpisodeSandboxSpec
+from gymsandbox.api.gymhost import Egress
+from gymsandbox.api.names import LABEL_EPISODE
+from gymsandbox.desired.labels import SANDBOX_CHILDREN
+from gymsandbox.desired.names import label_value
+from gymsandbox.desired.networkpolicy import egress_policy, episode_egress_rules
+from gymsandbox.desired.owner import TEMPLATE_HASH_ANNOTATION, Manifest, Owner, template_hash
+from gymsandbox.desired.pod import EpisodeHost, episode_pod, episode_pod_name
+from gymsandbox.handlers.common import now, parse_time, sandbox_error
+from gymsandbox.handlers.context import Made, OperatorContext
+from gymsandbox.handlers.episode_queue import (
+    Judged,
+    belongs_to,
+    effective_ttl,
+    host_episodes,
+    judge,
+    pod_deadline_seconds,
+)
+from gymsandbox.handlers.gymhost import delete_pod, ensure_network_policy, ensure_pod
+from gymsandbox.handlers.kube import (
+    EPISODE,
+    GYMHOST,
+    NETWORK_POLICY,
+    POD,
+    RUNTIME_CLASS,
+    SECRET,
+    ChildConflictError,
+    Kube,
+)
+from gymsandbox.handlers.leases import ensure_lease_secret, secret_token
+from gymsandbox.leases import Claims, Kind, Scope
+from gymsandbox.policy.admission import Refusal
+from gymsandbox.policy.egress import EgressError, EgressTarget, ResolutionError, egress_targets, resolve
+from gymsandbox.policy.episodes import episode_runtime
+from gymsandbox.status.episode import EpisodeObservation, ready_is_stale
+from gymsandbox.status.pod import sandbox_overdue
+
+KIND: Kind = "EpisodeSandbox"
+# A RuntimeClass seen to exist is taken to exist for this long (a missing one is asked for every time).
+RUNTIME_CLASS_SECONDS = 10.0
+# A GymHost in the store is read from the API instead once its entry is this old (its timer refreshes it).
+HOST_STALE_SECONDS = 10.0
+
+
+@dataclass(frozen=True)
+class EpisodeChildren:
+    lease_secret_name: str | None = None
+    token: str | None = None
+
+
+def current_host(ctx: OperatorContext, namespace: str, name: str) -> Manifest | None:
+    """The host from the store while it is fresh (every host's timer puts it), else from the API."""
+    age = ctx.hosts.age(namespace, name)
+    if age is not None and age < HOST_STALE_SECONDS:
+        return ctx.hosts.get(namespace, name)
+    host = ctx.kube.get(GYMHOST, namespace, name)
+    ctx.hosts.put(host)
+    return host
+
+
+def observe_episode(
+    ctx: OperatorContext, episode: Mapping[str, Any], moment: datetime, *, fresh: bool = False
+) -> tuple[EpisodeObservation, EpisodeChildren]:
+    """Admission, then (once admitted) the children in order; a taken child name is a refusal. `fresh`: it
+    was admitted just now by this process, so its children are made without looking first."""
+    try:
+        return _observe_episode(ctx, episode, moment, fresh)
+    except ChildConflictError as e:
+        return EpisodeObservation(refusal=Refusal(Reason.CHILD_CONFLICT, str(e))), EpisodeChildren()
+
+
+def _observe_episode(
+    ctx: OperatorContext, episode: Mapping[str, Any], moment: datetime, fresh: bool
+) -> tuple[EpisodeObservation, EpisodeChildren]:
+    kube, meta, status = ctx.kube, episode["metadata"], episode.get("status") or {}
+    owner = Owner(KIND, meta["name"], meta["namespace"], meta["uid"])
+    host_name = ((episode.get("spec") or {}).get("hostRef") or {}).get("name")
+    host = current_host(ctx, owner.namespace, host_name) if isinstance(host_name, str) else None
+    judged: Judged = judge(ctx, episode, host)
+    admitted_at = parse_time(status.get("admittedAt"))
+    if judged.host is not None and judged.host_spec is not None:
+        adopt_by_host(ctx, episode, judged.host)
+    if judged.refusal and not (admitted_at and judged.refusal.reason == Reason.TTL_OVER_CAP):
+        delete_pod(kube, owner, episode_pod_name(owner), seen=ctx.pods)
+        return EpisodeObservation(refusal=judged.refusal), EpisodeChildren()
+    spec, host_spec = judged.spec, judged.host_spec
+    assert spec is not None
+    assert host_spec is not None
+    if admitted_at is None:
+        created = parse_time(meta["creationTimestamp"])
+        timed_out = bool(
+            spec.admission_timeout_seconds
+            and created
+            and moment >= created + timedelta(seconds=spec.admission_timeout_seconds)
+        )
+        return EpisodeObservation(
+            timed_out=timed_out, queue_position=status.get("queuePosition")
+        ), EpisodeChildren()
+    expires_at = admitted_at + timedelta(seconds=effective_ttl(spec, host_spec, ctx))
+    if moment >= expires_at:
+        delete_pod(kube, owner, episode_pod_name(owner), seen=ctx.pods)
+        return EpisodeObservation(admitted=True, expired=True), EpisodeChildren()
+    made = ctx.children.setdefault(owner.uid, Made())
+    claims = Claims(
+        kind=KIND,
+        namespace=owner.namespace,
+        name=owner.name,
+        uid=owner.uid,
+        scope=Scope.OWNER,
+        rollout_id=spec.rollout_id,
+        expires_at=int(expires_at.timestamp()),
+    )
+    lease_for = (claims.expires_at, claims.rollout_id)  # what a token is issued for (its id is new each time)
+    if made.lease is None or made.lease[0] != lease_for:
+        name, token = ensure_lease_secret(
+            kube, owner, ctx.signing_key, claims, int(moment.timestamp()), fresh=fresh
+        )
+        made.lease = (lease_for, name, token)
+    children = EpisodeChildren(made.lease[1], made.lease[2])
+    try:
+        resolved = resolve(
+            egress_targets_of(spec),
+            ctx.policy.egress.static_hosts,
+            ctx.resolver,
+            allowed_private=ctx.policy.egress.allowed_private_networks,
+            denied=ctx.policy.egress.denied_networks,
+        )
+    except (ResolutionError, EgressError) as e:
+        refusal = Refusal(
+            Reason.EGRESS_INVALID if isinstance(e, EgressError) else Reason.DNS_RESOLUTION_FAILED, str(e)
+        )
+        return EpisodeObservation(refusal=refusal), children
+    policy = egress_policy(owner, episode_egress_rules(ctx.policy, resolved))
+    digest = policy["metadata"]["annotations"][TEMPLATE_HASH_ANNOTATION]
+    if made.policy != digest:
+        ensure_network_policy(kube, owner, policy, fresh=fresh)
+        made.policy = digest
+    profile = ctx.policy.runtime_profiles[episode_runtime(spec, host_spec)]
+    if not runtime_class_exists(ctx, profile.runtime_class_name):
+        missing = f"RuntimeClass {profile.runtime_class_name} does not exist; no pod is created"
+        return EpisodeObservation(admitted=True, runtime_class_missing=missing), children
+    deadline = pod_deadline_seconds(admitted_at, host_spec, ctx, moment)
+    assert judged.host is not None
+    runs_for = EpisodeHost(judged.host["metadata"]["uid"], host_spec)
+    desired = episode_pod(owner, spec, runs_for, profile, deadline)
+    pod = ensure_pod(kube, owner, desired, seen=ctx.pods, fresh=fresh)
+    return EpisodeObservation(
+        admitted=True, pod=pod, sandbox_error=sandbox_error(kube, pod, moment)
+    ), children
+
+
+def runtime_class_exists(ctx: OperatorContext, name: str) -> bool:
+    seen = ctx.runtime_classes.get(name)
+    if seen is not None and time.monotonic() - seen < RUNTIME_CLASS_SECONDS:
+        return True
+    if ctx.kube.get(RUNTIME_CLASS, None, name) is None:
+        ctx.runtime_classes.pop(name, None)
+        return False
+    ctx.runtime_classes[name] = time.monotonic()
+    return True
+
+
+def adopt_by_host(ctx: OperatorContext, episode: Mapping[str, Any], host: Manifest) -> None:
+    """Make the host the episode's controller, so deleting the host removes its episodes. (The broker sets
+    it at creation; an episode applied directly gets it here, in one more write.)"""
+    meta = episode["metadata"]
+    refs = list(meta.get("ownerReferences") or [])
+    if any(r.get("uid") == host["metadata"]["uid"] for r in refs):
+        return
+    refs = [r for r in refs if not r.get("controller")]
+    host_meta = host["metadata"]
+    refs.append(Owner("GymHost", host_meta["name"], host_meta["namespace"], host_meta["uid"]).reference())
+    ctx.episodes.put(
+        ctx.kube.patch(EPISODE, meta["namespace"], meta["name"], {"metadata": {"ownerReferences": refs}})
+    )
+
+
+def egress_targets_of(spec: EpisodeSandboxSpec) -> list[EgressTarget]:
+    return egress_targets(Egress(allow=list(spec.egress.allow)))
+
+
+def episodes_needing_repair(ctx: OperatorContext, host: Manifest) -> list[str]:
+    """Admitted episodes whose Secret, NetworkPolicy or Pod is missing, or whose NetworkPolicy was edited, or
+    whose pod still waits for its sandbox (the kubelet's reason is in an event, which no watch here sees), or
+    whose stored Ready no longer matches its pod (a pod event was lost): three label-selected lists per host
+    instead of a full reconcile of every episode. This pass is what makes status level-triggered; the pod
+    events only make it sooner. What was remembered of a repaired episode's children is forgotten."""
+    kube, namespace = ctx.kube, host["metadata"]["namespace"]
+    episodes = [
+        e
+        for e in host_episodes(ctx, host, relist=False)
+        if (e.get("status") or {}).get("admittedAt") and not e["metadata"].get("deletionTimestamp")
+    ]
+    moment = now()
+    present: list[set[str]] = []
+    pods: dict[str, Manifest] = {}
+    tokens: dict[str, str | None] = {}
+    for kind in (SECRET, NETWORK_POLICY, POD):
+        children = kube.list(kind, namespace, labels=SANDBOX_CHILDREN)
+        end_orphans(kube, kind, namespace, children)
+        by_label = {(c["metadata"].get("labels") or {}).get(LABEL_EPISODE, ""): c for c in children}
+        if kind is POD:
+            pods = by_label
+        if kind is SECRET:
+            tokens = {label: secret_token(c) for label, c in by_label.items()}
+        present.append(
+            {
+                (c["metadata"].get("labels") or {}).get(LABEL_EPISODE, "")
+                for c in children
+                if not (kind is NETWORK_POLICY and edited(c))
+                and not (kind is POD and sandbox_overdue(c, moment))
+            }
+        )
+
+    def needs_repair(episode: Manifest) -> bool:
+        label = label_value(episode["metadata"]["name"])
+        if any(label not in names for names in present):
+            return True
+        made = ctx.children.get(episode["metadata"]["uid"])
+        if made is not None and made.lease is not None and tokens.get(label) != made.lease[2]:
+            return True  # its token was changed behind this process's back
+        return ready_is_stale(episode.get("status") or {}, pods[label])
+
+    repair = [e for e in episodes if belongs_to(e, host["metadata"]["uid"]) and needs_repair(e)]
+    for episode in repair:
+        ctx.children.pop(episode["metadata"]["uid"], None)
+        pod = pods.get(label_value(episode["metadata"]["name"]))
+        if pod is None:
+            stale = ctx.pods.get(namespace, episode_pod_name(owner_of(episode)))
+            if stale is not None:
+                ctx.pods.remove(stale)  # gone unseen
+        else:
+            ctx.pods.put(pod)
+    return [e["metadata"]["name"] for e in repair]
+
+
+def owner_of(episode: Mapping[str, Any]) -> Owner:
+    meta = episode["metadata"]
+    return Owner(KIND, meta["name"], meta["namespace"], meta["uid"])
+
+
+def end_orphans(kube: Kube, kind: Any, namespace: str, children: list[Manifest]) -> None:
+    """Delete episode children that no episode owns: the garbage collector strips the owner reference when an
+    episode is deleted with `--cascade=orphan`, and would never remove them after that."""
+    for child in children:
+        refs = child["metadata"].get("ownerReferences") or []
+        if not any(r.get("kind") == KIND for r in refs) and not child["metadata"].get("deletionTimestamp"):
+            kube.delete(kind, namespace, child["metadata"]["name"], uid=child["metadata"]["uid"])
+
+
+def edited(network_policy: Mapping[str, Any]) -> bool:
+    """The live spec no longer matches the digest it was created with."""
+    recorded = (network_policy["metadata"].get("annotations") or {}).get(TEMPLATE_HASH_ANNOTATION)
+    return recorded != template_hash(network_policy.get("spec"))

@@ -1,0 +1,247 @@
+"""An episode's admission: policy (judge), then its host's FIFO queue under episodes.maxConcurrent, and the
+reaping of the expired, decided from the episode store (handlers/store.py), never from a listing.
+
+A slot is decided in memory (OperatorContext.admissions) under the host's lock, so two decisions never
+overlap, and written by the episode's own reconcile in the same status write as its first conditions,
+before any child exists: a restart that loses an unwritten decision loses nothing else.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter as Tally
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, cast
+
+from kubernetes.client.exceptions import ApiException
+from pydantic import ValidationError
+
+from gymsandbox.api.common import validation_message
+from gymsandbox.api.conditions import Reason
+from gymsandbox.api.episode import EpisodeSandboxSpec
+from gymsandbox.api.gymhost import GymHostSpec
+from gymsandbox.desired.names import label_value
+from gymsandbox.desired.owner import Manifest
+from gymsandbox.handlers.common import parse_time, timestamp
+from gymsandbox.handlers.context import Admission, OperatorContext
+from gymsandbox.handlers.kube import EPISODE, GYMHOST, Kind
+from gymsandbox.handlers.sandboxes import end_lingering_sandboxes, stop_sandboxes
+from gymsandbox.metrics import METRICS, episode_phase
+from gymsandbox.policy.admission import Refusal, admit_gymhost
+from gymsandbox.policy.episodes import EpisodeRequest, admit_episode, episode_ttl_seconds
+from gymsandbox.policy.queue import EpisodeSlot, plan_queue
+
+RESOURCE = "episodesandboxes"
+# A host's counts (status.episodes) are written at most this often while episodes come and go.
+COUNTS_SECONDS = 1.0
+
+
+@dataclass(frozen=True)
+class Judged:
+    """An episode's spec, its host, and whether policy admits it (before concurrency)."""
+
+    spec: EpisodeSandboxSpec | None
+    host: Manifest | None
+    host_spec: GymHostSpec | None
+    refusal: Refusal | None
+
+
+def judge(ctx: OperatorContext, episode: Mapping[str, Any], host: Manifest | None) -> Judged:
+    try:
+        spec = EpisodeSandboxSpec.model_validate(episode.get("spec") or {})
+    except ValidationError as e:
+        return Judged(None, host, None, Refusal(Reason.INVALID_SPEC, validation_message(e)))
+    host_name = spec.host_ref.name
+    if host is None or host["metadata"].get("deletionTimestamp"):
+        why = "does not exist" if host is None else "is being deleted"
+        return Judged(spec, host, None, Refusal(Reason.HOST_NOT_FOUND, f"GymHost {host_name} {why}"))
+    try:
+        host_spec = GymHostSpec.model_validate(host.get("spec") or {})
+    except ValidationError:
+        return Judged(
+            spec, host, None, Refusal(Reason.HOST_NOT_READY, f"GymHost {host_name} has an invalid spec")
+        )
+    host_refusal = admit_gymhost(host_spec, ctx.policy)
+    if host_refusal:
+        return Judged(
+            spec,
+            host,
+            host_spec,
+            Refusal(Reason.HOST_NOT_READY, f"GymHost {host_name} is refused: {host_refusal.message}"),
+        )
+    return Judged(spec, host, host_spec, admit_episode(EpisodeRequest(spec, host_spec, ctx.policy)))
+
+
+def judged(ctx: OperatorContext, episode: Mapping[str, Any], host: Manifest) -> Judged:
+    """`judge`, once per spec generation and host version (a burst re-plans every episode per create)."""
+    meta = episode["metadata"]
+    key = (meta.get("generation"), host["metadata"].get("resourceVersion"), host["metadata"].get("uid"))
+    cached = ctx.judgements.get(meta["uid"])
+    if cached is not None and cached[0] == key:
+        return cast(Judged, cached[1])
+    verdict = judge(ctx, episode, host)
+    ctx.judgements[meta["uid"]] = (key, verdict)
+    return verdict
+
+
+def effective_ttl(spec: EpisodeSandboxSpec, host: GymHostSpec, ctx: OperatorContext) -> int:
+    """The TTL enforced: asked (or the host's default), never past the host's or the cluster's cap."""
+    return min(episode_ttl_seconds(spec, host), longest_ttl(host, ctx))
+
+
+def longest_ttl(host: GymHostSpec, ctx: OperatorContext) -> int:
+    """The furthest any renewal can move an episode's expiry, from its admission."""
+    return min(host.episodes.max_ttl_seconds, ctx.policy.caps.max_ttl_seconds)
+
+
+def pod_deadline_seconds(
+    admitted_at: datetime, host: GymHostSpec, ctx: OperatorContext, moment: datetime
+) -> int:
+    """activeDeadlineSeconds for a sandbox pod made at `moment`: it ends by the latest expiry a renewal could
+    give the episode (the kubelet counts from the pod's start and the value can only be lowered later), so
+    no pod outlives its episode's cap even when the operator is gone."""
+    latest = admitted_at + timedelta(seconds=longest_ttl(host, ctx))
+    return max(1, math.ceil((latest - moment).total_seconds()))
+
+
+def belongs_to(episode: Mapping[str, Any], host_uid: str) -> bool:
+    """Grouped by hostRef.name; skip leftovers owned by an earlier incarnation of a same-named host."""
+    refs = [r for r in episode["metadata"].get("ownerReferences") or [] if r.get("kind") == "GymHost"]
+    return not refs or any(r.get("uid") == host_uid for r in refs)
+
+
+def admitted_at(ctx: OperatorContext, episode: Mapping[str, Any]) -> datetime | None:
+    """When the episode took its slot: its status, or a decision not yet written."""
+    stored = parse_time((episode.get("status") or {}).get("admittedAt"))
+    pending = ctx.admissions.get(episode["metadata"]["uid"])
+    return stored or (pending.admitted_at if pending else None)
+
+
+def slot(ctx: OperatorContext, episode: Mapping[str, Any], verdict: Judged) -> EpisodeSlot:
+    meta = episode["metadata"]
+    created = parse_time(meta["creationTimestamp"])
+    assert created is not None  # the API server always sets it
+    since = admitted_at(ctx, episode)
+    spec, host_spec = verdict.spec, verdict.host_spec
+    expires_at = None
+    if since and spec and host_spec:
+        expires_at = since + timedelta(seconds=effective_ttl(spec, host_spec, ctx))
+    deadline = None
+    if spec and spec.admission_timeout_seconds:
+        deadline = created + timedelta(seconds=spec.admission_timeout_seconds)
+    return EpisodeSlot(
+        name=meta["name"],
+        created=created,
+        admitted=since is not None,
+        closing=bool(meta.get("deletionTimestamp")),
+        admissible=verdict.refusal is None,
+        expires_at=expires_at,
+        wait_deadline=deadline,
+    )
+
+
+def host_episodes(ctx: OperatorContext, host: Manifest, *, relist: bool) -> list[Manifest]:
+    """The host's episodes from the store; with `relist`, checked against a listing first (a deletion the
+    watch missed must not hold a slot forever)."""
+    meta = host["metadata"]
+    namespace, name = meta["namespace"], meta["name"]
+    if relist:
+        since = time.monotonic()
+        ctx.episodes.prune(
+            namespace, name, ctx.kube.list(EPISODE, namespace, fields=f"spec.hostRef.name={name}"), since
+        )
+    return [e for e in ctx.episodes.group(namespace, name) if belongs_to(e, meta["uid"])]
+
+
+def sync_host_episodes(
+    ctx: OperatorContext,
+    host: Manifest,
+    moment: datetime,
+    *,
+    sweep: bool = False,
+    relist: bool = False,
+    retry: bool = False,
+) -> list[str]:
+    """Reap, admit in FIFO order, number the queue and count, for one host. Returns the episodes to refresh
+    (admitted, renewed or timed out just now; with `retry`, also those whose last reconcile did not finish:
+    an admission not written yet, a spec not observed yet). `relist`: check the store against a listing.
+
+    Sandbox pods running without an open episode hold slots (and are ended). They are looked for on `sweep`
+    (an episode deleted, a resync), while an episode is closing, and until the last one seen is gone."""
+    meta = host["metadata"]
+    try:
+        host_spec = GymHostSpec.model_validate(host.get("spec") or {})
+    except ValidationError:
+        return []
+    kube, namespace, uid = ctx.kube, meta["namespace"], meta["uid"]
+    with ctx.locks(f"episodes/{uid}"):
+        by_name = {e["metadata"]["name"]: e for e in host_episodes(ctx, host, relist=relist)}
+        slots = {name: slot(ctx, e, judged(ctx, e, host)) for name, e in by_name.items()}
+        open_labels = {label_value(name) for name, s in slots.items() if not s.closing}
+        if sweep or len(open_labels) < len(slots) or ctx.lingering.get(uid):
+            ctx.lingering[uid] = end_lingering_sandboxes(kube, namespace, meta["name"], open_labels)
+        plan = plan_queue(
+            list(slots.values()),
+            host_spec.episodes.max_concurrent,
+            moment,
+            lingering=ctx.lingering.get(uid, 0),
+        )
+        reaped = []
+        for name in plan.expired:
+            # Only this exact state: a renewal that landed since it was read wins over the reaper.
+            if kube.delete(
+                EPISODE, namespace, name, resource_version=by_name[name]["metadata"]["resourceVersion"]
+            ):
+                reaped.append(name)
+                expired_at = slots[name].expires_at or moment
+                METRICS.reaped(RESOURCE, "expired", (datetime.now(UTC) - expired_at).total_seconds())
+        stop_sandboxes(kube, namespace, reaped)
+        touched = list(plan.timed_out)
+        for name in plan.admit:
+            episode = by_name[name]
+            # Its clock starts at creation even when this tick comes before its create handler (a backlog).
+            METRICS.created(episode["metadata"]["uid"], episode["metadata"]["creationTimestamp"])
+            spec = EpisodeSandboxSpec.model_validate(episode["spec"])
+            expires = moment + timedelta(seconds=effective_ttl(spec, host_spec, ctx))
+            ctx.admissions[episode["metadata"]["uid"]] = Admission(moment, expires)
+            waited = (episode.get("status") or {}).get("queuePosition") is not None
+            METRICS.admitted(episode["metadata"]["uid"], waited=waited)
+            touched.append(name)
+        for name, episode in by_name.items():
+            status = episode.get("status") or {}
+            unfinished = episode["metadata"]["uid"] in ctx.admissions or status.get(
+                "observedGeneration"
+            ) != episode["metadata"].get("generation")
+            if retry and unfinished and name not in touched:
+                touched.append(name)
+            if name in plan.positions and status.get("queuePosition") != plan.positions[name]:
+                write_status(ctx, namespace, name, {"queuePosition": plan.positions[name]})
+            # A renewal (a new ttlSeconds) moves expiresAt of an admitted episode.
+            expires_at, stored = slots[name].expires_at, parse_time(status.get("expiresAt"))
+            if status.get("admittedAt") and expires_at and stored != expires_at and name not in plan.expired:
+                write_status(ctx, namespace, name, {"expiresAt": timestamp(expires_at)})
+                touched.append(name)
+        METRICS.episodes.set(
+            uid, namespace, Tally(episode_phase(e) for name, e in by_name.items() if name not in plan.expired)
+        )
+        counts = {"active": plan.active, "queued": plan.queued}
+        if (host.get("status") or {}).get("episodes") != counts and ctx.due(f"counts/{uid}", COUNTS_SECONDS):
+            write_status(ctx, namespace, meta["name"], {"episodes": counts}, kind=GYMHOST)
+    return touched
+
+
+def write_status(
+    ctx: OperatorContext, namespace: str, name: str, status: Mapping[str, Any], kind: Kind = EPISODE
+) -> Manifest | None:
+    """Merge `status` in; the answer goes to the store. None when the object is gone."""
+    try:
+        written = ctx.kube.patch_status(kind, namespace, name, status)
+    except ApiException as e:
+        if e.status != 404:  # deleted meanwhile
+            raise
+        return None
+    (ctx.episodes if kind is EPISODE else ctx.hosts).put(written)
+    return written

@@ -1,0 +1,128 @@
+"""What the watches have seen, kept in memory, so that admission and repair read no lists.
+
+Each store is fed by a kopf indexing function (kopf runs those for the initial listing of every watched kind
+before it calls any handler, so no handler decides from a partial picture), by the DELETED events, and by
+the answers to the operator's own writes (a decision sees what was just written before its watch event
+arrives). A body is replaced only by a newer resourceVersion; a deleted object's uid is remembered for a
+while, so a late answer cannot bring it back. `prune` drops what a listing no longer shows (a deletion lost
+in a watch gap).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from gymsandbox.desired.owner import Manifest
+
+# How long a deleted object's uid is remembered (a write answered after its deletion is ignored).
+TOMBSTONE_SECONDS = 600.0
+
+Key = tuple[str, str]  # namespace, name
+
+
+def slim(body: Mapping[str, Any]) -> Manifest:
+    """The object without its managedFields (most of its size, and read by nobody here)."""
+    meta = {k: v for k, v in (body.get("metadata") or {}).items() if k != "managedFields"}
+    return {**body, "metadata": meta}
+
+
+def newer(candidate: Mapping[str, Any], current: Mapping[str, Any]) -> bool:
+    """resourceVersions are etcd revisions; an unparsable one is taken as newer (the API server's word)."""
+    a, b = candidate["metadata"].get("resourceVersion"), current["metadata"].get("resourceVersion")
+    try:
+        return int(a) >= int(b)
+    except (TypeError, ValueError):
+        return True
+
+
+class Store:
+    """Objects of one kind by (namespace, name), and by a group key (for episodes: their host)."""
+
+    def __init__(self, group_of: Callable[[Mapping[str, Any]], str | None] = lambda _: None) -> None:
+        self._group_of = group_of
+        self._lock = threading.Lock()
+        self._objects: dict[Key, Manifest] = {}
+        self._seen: dict[Key, float] = {}  # when each body was put, monotonic
+        self._groups: dict[Key, set[str]] = {}  # (namespace, group) -> names
+        self._tombstones: dict[str, float] = {}  # uid -> when its deletion was seen
+
+    def put(self, body: Mapping[str, Any] | None) -> None:
+        if not body or not (body.get("metadata") or {}).get("name"):
+            return
+        obj = slim(body)
+        meta = obj["metadata"]
+        key = (str(meta.get("namespace") or ""), str(meta["name"]))
+        with self._lock:
+            if meta.get("uid") in self._tombstones:
+                return
+            current = self._objects.get(key)
+            same = current is not None and current["metadata"].get("uid") == meta.get("uid")
+            if same and current is not None and not newer(obj, current):
+                return
+            self._unlink(key)
+            self._objects[key] = obj
+            self._seen[key] = time.monotonic()
+            group = self._group_of(obj)
+            if group is not None:
+                self._groups.setdefault((key[0], group), set()).add(key[1])
+
+    def remove(self, body: Mapping[str, Any]) -> None:
+        """The object was deleted: forget it, and ignore any later answer about it."""
+        meta = body.get("metadata") or {}
+        key = (str(meta.get("namespace") or ""), str(meta.get("name")))
+        moment = time.monotonic()
+        with self._lock:
+            if meta.get("uid"):
+                self._tombstones[str(meta["uid"])] = moment
+            current = self._objects.get(key)
+            if current is not None and current["metadata"].get("uid") in (meta.get("uid"), None):
+                self._unlink(key)
+            for uid in [u for u, t in self._tombstones.items() if moment - t > TOMBSTONE_SECONDS]:
+                del self._tombstones[uid]
+
+    def get(self, namespace: str, name: str) -> Manifest | None:
+        with self._lock:
+            return self._objects.get((namespace, name))
+
+    def age(self, namespace: str, name: str) -> float | None:
+        """Seconds since the object was last put; None when it is not here."""
+        with self._lock:
+            seen = self._seen.get((namespace, name))
+        return None if seen is None else time.monotonic() - seen
+
+    def group(self, namespace: str, group: str) -> list[Manifest]:
+        with self._lock:
+            names = self._groups.get((namespace, group), set())
+            return [self._objects[(namespace, n)] for n in sorted(names)]
+
+    def prune(self, namespace: str, group: str, listed: Iterable[Mapping[str, Any]], since: float) -> None:
+        """`listed` is the group as a listing started at `since` (monotonic) saw it: what was put before
+        then and is not in it was deleted unseen."""
+        uids = {item["metadata"]["uid"] for item in listed}
+        with self._lock:
+            for name in list(self._groups.get((namespace, group), set())):
+                key = (namespace, name)
+                if self._objects[key]["metadata"].get("uid") not in uids and self._seen[key] < since:
+                    self._unlink(key)
+        for item in listed:
+            self.put(item)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._objects)
+
+    def _unlink(self, key: Key) -> None:
+        current = self._objects.pop(key, None)
+        self._seen.pop(key, None)
+        if current is None:
+            return
+        group = self._group_of(current)
+        if group is not None:
+            names = self._groups.get((key[0], group))
+            if names is not None:
+                names.discard(key[1])
+                if not names:
+                    del self._groups[(key[0], group)]

@@ -1,0 +1,88 @@
+"""The stores the watches feed: newest version wins, deletions stick, a listing prunes what was missed."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from gymsandbox.handlers.context import Later, host_of
+from gymsandbox.handlers.store import Store
+
+
+def episode(name: str, uid: str, version: int, host: str = "h1", **status: Any) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "ns",
+            "uid": uid,
+            "resourceVersion": str(version),
+            "managedFields": [{"manager": "kubectl"}],
+        },
+        "spec": {"hostRef": {"name": host}},
+        "status": status,
+    }
+
+
+def test_a_newer_version_replaces_and_an_older_one_does_not() -> None:
+    store = Store(host_of)
+    store.put(episode("a", "u1", 5, queuePosition=1))
+    store.put(episode("a", "u1", 4, queuePosition=9))  # a late watch event after a write's answer
+    assert (store.get("ns", "a") or {})["status"] == {"queuePosition": 1}
+    store.put(episode("a", "u1", 6, queuePosition=2))
+    assert (store.get("ns", "a") or {})["status"] == {"queuePosition": 2}
+    assert "managedFields" not in (store.get("ns", "a") or {})["metadata"]
+
+
+def test_a_same_named_new_object_replaces_the_old_whatever_its_version() -> None:
+    store = Store(host_of)
+    store.put(episode("a", "u1", 50))
+    store.put(episode("a", "u2", 7))
+    assert (store.get("ns", "a") or {})["metadata"]["uid"] == "u2"
+
+
+def test_groups_follow_the_host_an_episode_names() -> None:
+    store = Store(host_of)
+    store.put(episode("a", "u1", 1, host="h1"))
+    store.put(episode("b", "u2", 1, host="h1"))
+    store.put(episode("c", "u3", 1, host="h2"))
+    assert [e["metadata"]["name"] for e in store.group("ns", "h1")] == ["a", "b"]
+    assert [e["metadata"]["name"] for e in store.group("ns", "h2")] == ["c"]
+    assert store.group("other", "h1") == []
+
+
+def test_a_deleted_object_is_not_brought_back_by_a_late_answer() -> None:
+    store = Store(host_of)
+    store.put(episode("a", "u1", 1))
+    store.remove(episode("a", "u1", 2))
+    store.put(episode("a", "u1", 3))  # the answer to a write sent before the deletion
+    assert store.get("ns", "a") is None
+    assert store.group("ns", "h1") == []
+    store.put(episode("a", "u9", 4))  # a new episode of the same name is another object
+    assert (store.get("ns", "a") or {})["metadata"]["uid"] == "u9"
+
+
+def test_a_listing_prunes_what_the_watch_missed_but_not_what_came_after_it() -> None:
+    store = Store(host_of)
+    store.put(episode("gone", "u1", 1))
+    store.put(episode("kept", "u2", 1))
+    since = time.monotonic()
+    store.put(episode("newer", "u3", 9))  # created after the listing started: not in it
+    store.prune("ns", "h1", [episode("kept", "u2", 2)], since)
+    assert sorted(e["metadata"]["name"] for e in store.group("ns", "h1")) == ["kept", "newer"]
+    assert (store.get("ns", "kept") or {})["metadata"]["resourceVersion"] == "2"
+
+
+def test_later_calls_once_per_key_and_the_earliest_wins() -> None:
+    later, calls, done = Later(), [], threading.Event()
+
+    def early() -> None:
+        calls.append("early")
+        done.set()
+
+    later.call("k", 0.3, lambda: calls.append("late"))
+    later.call("k", 0.05, early)
+    later.call("k", 0.5, lambda: calls.append("later still"))
+    assert done.wait(timeout=5)
+    time.sleep(0.6)
+    assert calls == ["early"]
