@@ -406,8 +406,26 @@ def kwok_documents(bins: dict[str, Path]) -> tuple[list[str], list[str]]:
             if file.name == "kustomization.yaml":
                 continue
             text = file.read_text()
+            if file.name == "pod-ready.yaml":
+                text = keep_pod_ip(text)
             (stages if "\nkind: Stage\n" in f"\n{text}" else objects).append(text)
     return [*stages, *KWOK_REPAIRS], objects
+
+
+def keep_pod_ip(pod_ready_stage: str) -> str:
+    """kwok's stock pod-ready stage, setting podIP(s) only on a pod that has none. A pod whose ready patch
+    landed in a dying etcd without kwok seeing the answer is patched again with a newly allocated IP, which
+    the API server merges into a second one of the same family and refuses: the pod would stay unready for
+    good. (Seen when etcd is killed right under a burst of pod starts.)"""
+    opening = "{{ with $podIPs }}\n      podIP:"
+    if pod_ready_stage.count(opening) != 1:
+        raise RuntimeError("kwok's pod-ready stage changed: review keep_pod_ip")
+    head, tail = pod_ready_stage.split(opening)
+    body, closing, rest = tail.partition("{{ end }}\n      {{ end }}")
+    if not closing:
+        raise RuntimeError("kwok's pod-ready stage changed: review keep_pod_ip")
+    guarded = "{{ if not .status.podIP }}" + opening + body + closing + "\n      {{ end }}"
+    return head + guarded + rest
 
 
 def kwok_crds() -> str:

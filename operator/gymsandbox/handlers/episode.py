@@ -16,6 +16,7 @@ has not observed yet.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -28,7 +29,16 @@ from gymsandbox.api.names import GROUP, LABEL_COMPONENT, LABEL_HOST, LABEL_MANAG
 from gymsandbox.desired.labels import COMPONENT_EPISODE
 from gymsandbox.desired.pod import EPISODE_CONTAINER_NAME, episode_pod_name
 from gymsandbox.desired.secret import lease_secret_name
-from gymsandbox.handlers.common import announce, failure_fields, now, observed, status_changed, timestamp
+from gymsandbox.handlers.common import (
+    announce,
+    api_outage,
+    api_refusal,
+    failure_fields,
+    now,
+    observed,
+    status_changed,
+    timestamp,
+)
 from gymsandbox.handlers.context import ERROR_BACKOFF_SECONDS, RESYNC_SECONDS, Admission, OperatorContext
 from gymsandbox.handlers.episode_children import (
     current_host,
@@ -42,6 +52,7 @@ from gymsandbox.metrics import METRICS
 from gymsandbox.status.conditions import merge_conditions
 from gymsandbox.status.episode import EpisodeObservation, EpisodeVerdict, compute_episode_conditions
 
+LOG = logging.getLogger("gymsandbox")
 # How often each host's episodes are reaped and admitted even without events.
 REAP_SECONDS = 2.0
 # A pod's progress towards Ready (scheduled, pulling, creating) is written once it has lasted this long.
@@ -155,7 +166,7 @@ def refresh_episode(ctx: OperatorContext, namespace: str, name: str) -> None:
                 PROGRESS_SECONDS
             ):
                 ctx.later.call(
-                    f"refresh/{uid}", PROGRESS_SECONDS, lambda: refresh_episode(ctx, namespace, name)
+                    f"refresh/{uid}", PROGRESS_SECONDS, lambda: refresh_later(ctx, namespace, name)
                 )
                 return
             if write_status(ctx, namespace, name, status) is not None:
@@ -163,6 +174,18 @@ def refresh_episode(ctx: OperatorContext, namespace: str, name: str) -> None:
         except ApiException as e:
             if e.status != 404 and not namespace_terminating(e):
                 raise  # else deleted meanwhile (the episode, or a child: the drift pass sees what is left)
+
+
+def refresh_later(ctx: OperatorContext, namespace: str, name: str) -> None:
+    """A deferred reconcile: the API server not answering (or refusing) is one log line, not a traceback; the
+    pod's next event or the drift pass writes what it could not."""
+    try:
+        refresh_episode(ctx, namespace, name)
+    except Exception as e:
+        problem = api_outage(e) or api_refusal(e)
+        if problem is None:
+            raise
+        LOG.warning("EpisodeSandbox %s/%s: a deferred reconcile failed (%s)", namespace, name, problem)
 
 
 def sync_and_refresh(
