@@ -13,18 +13,21 @@ object) and one timed exec by each path, one at a time ("sequential").
 
 Broker phase: EXECS execs of `echo ok` (EXECS / EPISODES per episode) as POST /v1/episodes/{id}/exec,
 started together from a pool of CONCURRENCY threads sharing one httpx.Client (as many connections as
-threads); an exec fails on a transport error, an HTTP status other than 200, exitCode != 0 or stdout
-other than "ok\\n". Direct phase: the same execs on the same pods with the kubernetes client's
+threads), each asking for at most 4 KiB of output; an exec fails on a transport error, an HTTP status
+other than 200, exitCode != 0 or stdout other than "ok\\n". The broker runs with --max-calls-per-host
+at least CONCURRENCY (every episode is under one host), as a deployment sized for that many rollouts a
+host would. Direct phase: the same execs on the same pods with the kubernetes client's
 `stream(connect_get_namespaced_pod_exec, ...)` from the same kind of thread pool, each thread with an
 ApiClient of its own (the client's stream() swaps a method on the ApiClient it is given while it
-connects, so sharing one across threads is unsafe). The broker runs commands as
-`timeout -s KILL 31 ARGV` (its default 30 s deadline), so the direct phase runs exactly that argv.
+connects, so sharing one across threads is unsafe). The broker runs every command inside its deadline
+wrapper (broker/backend.py DEADLINE_WRAPPER, `sh -c ... 31 ARGV` for its default 30 s), so the direct
+phase runs exactly that argv: the two differ by the broker alone.
 
 Reported, never asserted: latency p50/p90/p99/max of the execs that succeeded (client side, nearest
 rank), wall time (first exec sent to last answer) and errors by kind for both phases, with ratios
 broker/direct; the broker's own view of the time spent in pods/exec (`durationSeconds`); the sequential
-p50 of each path. When the broker phase fails, the broker's exception lines and its first traceback are
-printed. The last line is the same as JSON.
+p50 of each path; the broker's peak RSS (VmHWM). When the broker phase fails, the broker's exception
+lines and its first traceback are printed. The last line is the same as JSON.
 
 Uses the cluster KUBECONFIG names, else the local control plane (`hack/cluster.py up`, reused if it runs;
 never stopped here). Every wait is bounded; traffic is loopback only. Episodes are closed, the GymHost and
@@ -59,14 +62,16 @@ from kubernetes.stream.ws_client import ERROR_CHANNEL
 
 import common
 from common import GROUP, HOST, IMAGE, OPERATOR_NAMESPACE, PLURAL, VERSION, Child, Cluster, log, plain
+from gymsandbox.broker.backend import DEADLINE_WRAPPER
 from gymsandbox.desired.pod import EPISODE_CONTAINER_NAME
 
 NAMESPACE_PREFIX = "bench-broker"
 COLUMNS = ("broker", "direct")
 ARGV = ["echo", "ok"]
 EXPECTED_STDOUT = "ok\n"
-EXEC_TIMEOUT = 30  # the broker's default timeoutSeconds; it runs argv as `timeout -s KILL 31 ...`
-DIRECT_ARGV = ["timeout", "-s", "KILL", str(math.ceil(EXEC_TIMEOUT) + 1), *ARGV]
+EXEC_TIMEOUT = 30  # the broker's default timeoutSeconds
+DIRECT_ARGV = ["sh", "-c", DEADLINE_WRAPPER, "sh", str(math.ceil(EXEC_TIMEOUT) + 1), *ARGV]  # as the broker
+MAX_OUTPUT = 4096  # bytes of stdout (and of stderr) each exec asks for: what the broker reserves for it
 CLIENT_TIMEOUT = 120.0  # one exec, either path, client side
 EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit)\b")  # the last line of a traceback
 LOG_RECORD_LINE = re.compile(r"^(\d{4}-\d\d-\d\d |INFO:|ERROR:|WARNING:)")
@@ -116,9 +121,9 @@ def wait_episodes_ready(
 # ---------------------------------------------------------------------------------------------- processes
 
 
-def start_broker(cluster: Cluster, policy: Path, workdir: Path) -> tuple[Child, str]:
+def start_broker(cluster: Cluster, policy: Path, workdir: Path, calls: int) -> tuple[Child, str]:
     port = cluster.script.free_port()
-    argv = [common.gymsandbox_cli(), "broker", "--policy", str(policy)]
+    argv = [common.gymsandbox_cli(), "broker", "--policy", str(policy), "--max-calls-per-host", str(calls)]
     argv += ["--operator-namespace", OPERATOR_NAMESPACE, "--listen", f"127.0.0.1:{port}"]
     broker = Child.launch("broker", argv, cluster.kubeconfig, workdir / "broker.log")
     url = f"http://127.0.0.1:{port}"
@@ -152,7 +157,7 @@ def broker_exec(http: httpx.Client, token: str, episode_id: str) -> Sample:
     try:
         answer = http.post(
             f"/v1/episodes/{episode_id}/exec",
-            json={"argv": ARGV, "timeoutSeconds": EXEC_TIMEOUT},
+            json={"argv": ARGV, "timeoutSeconds": EXEC_TIMEOUT, "maxOutputBytes": MAX_OUTPUT},
             headers=auth(token),
         )
     except httpx.HTTPError as e:
@@ -313,7 +318,13 @@ def warm_up(task: Callable[[str], Sample], ids: list[str], what: str, timeout: f
 # ---------------------------------------------------------------------------------------------- report
 
 
-def report(args: argparse.Namespace, broker: PhaseResult, direct: PhaseResult, seq: dict[str, Any]) -> None:
+def report(
+    args: argparse.Namespace,
+    broker: PhaseResult,
+    direct: PhaseResult,
+    seq: dict[str, Any],
+    rss: float | None,
+) -> None:
     rows: list[tuple[str, str, float | None, float | None]] = [
         (f"p{p}_s", f"p{p} exec latency (s)", broker.percentile(p), direct.percentile(p))
         for p in (50, 90, 99)
@@ -338,6 +349,7 @@ def report(args: argparse.Namespace, broker: PhaseResult, direct: PhaseResult, s
         f"{'broker-side pods/exec time p50/p99 (s)':<40} "
         f"{common.fmt(backend_p50):>10} {common.fmt(backend_p99):>10}"
     )
+    print(f"{'broker peak RSS, VmHWM (MiB)':<40} {common.fmt(rss, 1):>10}")
     for label, phase in (("broker", broker), ("direct", direct)):
         if phase.errors:
             print(f"{label} errors: {dict(phase.errors)}")
@@ -351,6 +363,7 @@ def report(args: argparse.Namespace, broker: PhaseResult, direct: PhaseResult, s
         "errors_by_kind": {"broker": dict(broker.errors), "direct": dict(direct.errors)},
         "broker_backend_p50_s": backend_p50,
         "broker_backend_p99_s": backend_p99,
+        "broker_peak_rss_mib": rss,
     }
     for key, _, a, b in rows:
         summary[key] = common.compared(COLUMNS, a, b)
@@ -406,7 +419,7 @@ def set_up(run: Run) -> dict[str, str]:
     log(f"namespace {namespace}")
     policy = common.write_policy(run.workdir, args.episodes)
     run.operator = common.start_operator(run.cluster.kubeconfig, policy, namespace, run.workdir)
-    run.broker, run.url = start_broker(run.cluster, policy, run.workdir)
+    run.broker, run.url = start_broker(run.cluster, policy, run.workdir, max(32, args.concurrency))
     common.create_host(run.api, namespace, args.episodes, timeout=120)
     run.token = host_token(run.core, namespace)
     log(f"GymHost Ready; creating {args.episodes} episodes through the broker at {run.url}")
@@ -462,6 +475,7 @@ def measure(run: Run, pods: dict[str, str]) -> None:
                 args.concurrency,
                 args.phase_timeout,
             )
+        rss = common.peak_rss_mib(run.broker.process) if run.broker else None
         log(f"broker phase: {len(broker.samples)} answered, {broker.error_count} errors")
         if broker.error_count:
             show_broker_problems(run)
@@ -476,7 +490,7 @@ def measure(run: Run, pods: dict[str, str]) -> None:
     finally:
         for api in api_clients:
             api.close()  # type: ignore[no-untyped-call]
-    report(args, broker, direct, seq)
+    report(args, broker, direct, seq, rss)
 
 
 def show_broker_problems(run: Run) -> None:

@@ -13,6 +13,7 @@ import importlib.util
 import json
 import math
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -294,6 +295,16 @@ class Child:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(timeout=20)
+
+
+def peak_rss_mib(process: subprocess.Popen[bytes]) -> float | None:
+    """The process's peak resident set size (VmHWM) in MiB; None once it is gone."""
+    try:
+        status = Path(f"/proc/{process.pid}/status").read_text()
+    except OSError:
+        return None
+    match = re.search(r"^VmHWM:\s+(\d+) kB", status, re.MULTILINE)
+    return int(match.group(1)) / 1024 if match else None
 
 
 def gymsandbox_cli() -> str:

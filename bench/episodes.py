@@ -34,7 +34,6 @@ import json
 import math
 import re
 import secrets
-import subprocess
 import sys
 import threading
 import time
@@ -42,7 +41,6 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 from kubernetes import client, watch
@@ -241,16 +239,6 @@ class PhaseResult:
 
 
 # ---------------------------------------------------------------------------------------------- operator
-
-
-def peak_rss_mib(process: subprocess.Popen[bytes]) -> float | None:
-    """The process's peak resident set size (VmHWM) in MiB; None once it is gone."""
-    try:
-        status = Path(f"/proc/{process.pid}/status").read_text()
-    except OSError:
-        return None
-    match = re.search(r"^VmHWM:\s+(\d+) kB", status, re.MULTILINE)
-    return int(match.group(1)) / 1024 if match else None
 
 
 def resource_of(path: str) -> str:
@@ -525,7 +513,7 @@ class Run(common.BenchRun):
 
     def stop_operator(self) -> None:
         if self.operator is not None:
-            self.rss["peak"] = peak_rss_mib(self.operator.process)
+            self.rss["peak"] = common.peak_rss_mib(self.operator.process)
             self.operator.stop(grace=OPERATOR_STOP_GRACE)
             self.operator = None
 
@@ -557,7 +545,7 @@ def phase_one(run: Run) -> PhaseResult:
     ]
     log(f"{len(hosts)} GymHost(s) Ready; creating episodes")
     result = operator_phase(run, namespace, run.operator, hosts)
-    run.rss["at_ready"] = peak_rss_mib(run.operator.process)
+    run.rss["at_ready"] = common.peak_rss_mib(run.operator.process)
     if result.ready_count < args.n:
         problems = [
             line for line in run.operator.text().splitlines() if re.search(r"\[(WARNING|ERROR)", line)

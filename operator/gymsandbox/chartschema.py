@@ -103,6 +103,7 @@ def values_schema() -> Schema:
                     {
                         "replicas": {"type": "integer", "minimum": 1},
                         "port": _PORT,
+                        "maxCallsPerHost": {"type": "integer", "minimum": 1},
                         "execPolicy": _closed({"enabled": {"type": "boolean"}}),
                         "tls": _closed(
                             {

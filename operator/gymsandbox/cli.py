@@ -11,6 +11,7 @@ from pathlib import Path
 try:
     from gymsandbox import __version__, chartschema, crdgen, dashboard
     from gymsandbox.broker.server import TLSFilesError, run_broker
+    from gymsandbox.broker.service import BrokerSettings
     from gymsandbox.handlers.leases import SigningKeyError
     from gymsandbox.metrics import MetricsListenError
     from gymsandbox.policy.cluster import PolicyError
@@ -27,6 +28,12 @@ def listen_address(text: str) -> Address:
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise argparse.ArgumentTypeError(f"must be address:port, not {text!r}")
     return host.strip("[]"), int(port)
+
+
+def positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, not {text!r}")
+    return int(text)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -108,6 +115,13 @@ def _parser() -> argparse.ArgumentParser:
         " Secret (default: $GYMSANDBOX_BROKER_TLS_DIR; without it, plain HTTP)",
     )
     broker.add_argument(
+        "--max-calls-per-host",
+        type=positive_int,
+        default=BrokerSettings.max_calls_per_host,
+        help="commands and transfers one GymHost may have in flight at once; past it, 429 (default"
+        f" {BrokerSettings.max_calls_per_host}). Size it to the rollouts a host runs at once",
+    )
+    broker.add_argument(
         "--operator-namespace",
         default=os.environ.get("GYMSANDBOX_NAMESPACE", "gymsandbox-system"),
         help="where the lease signing key lives (default: $GYMSANDBOX_NAMESPACE or gymsandbox-system)",
@@ -124,7 +138,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "dashboard":
         return _generated(args.output, dashboard.render_dashboard(), "dashboard", check=args.check)
     if args.command == "broker":
-        return _broker(args.policy, args.operator_namespace, args.listen, args.metrics_listen, args.tls_dir)
+        settings = BrokerSettings(max_calls_per_host=args.max_calls_per_host)
+        return _broker(
+            args.policy,
+            args.operator_namespace,
+            args.listen,
+            args.metrics_listen,
+            args.tls_dir,
+            settings=settings,
+        )
     if args.command == "operator":
         return _operator(
             args.policy,
@@ -206,6 +228,8 @@ def _broker(
     listen: Address,
     metrics_listen: Address | None,
     tls_dir: str | None,
+    *,
+    settings: BrokerSettings,
 ) -> int:
     policy = policy or os.environ.get("GYMSANDBOX_POLICY")
     if not policy:
@@ -216,7 +240,12 @@ def _broker(
         return 2
     try:
         run_broker(
-            Path(policy), operator_namespace, listen, metrics_listen, Path(tls_dir) if tls_dir else None
+            Path(policy),
+            operator_namespace,
+            listen,
+            metrics_listen,
+            Path(tls_dir) if tls_dir else None,
+            settings=settings,
         )
     except (PolicyError, SigningKeyError, MetricsListenError, TLSFilesError) as e:
         print(f"gymsandbox broker: refusing to start: {e}", file=sys.stderr)

@@ -27,15 +27,15 @@ from gymsandbox.policy.cluster import ClusterPolicy, load_policy
 WORKERS = 32
 
 
-def api_client() -> client.ApiClient:
+def api_client(connections: int = WORKERS) -> client.ApiClient:
     """In a pod, its service account; elsewhere, KUBECONFIG or ~/.kube/config. One pooled connection per
-    handler thread."""
+    thread that uses it (the operator's handler threads by default)."""
     configuration = client.Configuration()
     if os.environ.get("KUBERNETES_SERVICE_HOST"):
         config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
     else:
         config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-    configuration.connection_pool_maxsize = WORKERS
+    configuration.connection_pool_maxsize = connections
     return client.ApiClient(configuration)
 
 

@@ -31,10 +31,10 @@ class Objects:
 
     def __init__(self, *objects: dict[str, Any]) -> None:
         self.objects = {(o["metadata"]["namespace"], o["metadata"]["name"]): o for o in objects}
-        self.reads: list[tuple[str, str]] = []
+        self.reads: list[tuple[str, str, bool]] = []
 
-    def get_host(self, namespace: str, name: str) -> dict[str, Any] | None:
-        self.reads.append((namespace, name))
+    def get_host(self, namespace: str, name: str, *, fresh: bool = False) -> dict[str, Any] | None:
+        self.reads.append((namespace, name, fresh))
         return self.objects.get((namespace, name))
 
     get_episode = get_host
@@ -59,10 +59,26 @@ def test_a_forged_token_is_refused_before_any_lookup(name: str) -> None:
     assert objects.reads == []
 
 
-def test_a_signed_token_for_a_gone_object_is_stale() -> None:
+def test_a_signed_token_for_a_gone_object_is_stale_as_a_fresh_read_confirms() -> None:
+    """A read the broker keeps for a moment may let a call through, never refuse one."""
     objects = Objects()
     assert refusal(issue(host_claims(), KEY), objects) == "stale_object"
-    assert objects.reads == [("evals", "h1")]
+    assert objects.reads == [("evals", "h1", False), ("evals", "h1", True)]
+
+
+def test_an_accepted_token_needs_no_fresh_read() -> None:
+    objects = Objects(host())
+    authenticate(f"Bearer {issue(host_claims(), KEY)}", objects, KEY)
+    assert objects.reads == [("evals", "h1", False)]
+
+
+def test_an_expired_token_is_refused_without_a_second_read() -> None:
+    objects = Objects(host())
+    expired = Claims(
+        kind="GymHost", namespace="evals", name="h1", uid="uid-h1", scope=Scope.HOST, expires_at=1
+    )
+    assert refusal(issue(expired, KEY), objects) == "expired"
+    assert objects.reads == [("evals", "h1", False)]
 
 
 def test_a_host_token_for_a_recreated_host_of_the_same_name_is_stale() -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gymsandbox.policy.queue import EpisodeSlot, QueuePlan, plan_queue
+from gymsandbox.policy.queue import EpisodeSlot, QueuePlan, plan_queue, position_due
 
 NOW = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
 
@@ -223,3 +223,28 @@ def test_pods_lingering_without_an_open_episode_hold_slots() -> None:
     assert (plan.admit, plan.positions) == (["c"], {"d": 1})
     assert plan_queue(episodes, 3, NOW, lingering=0).admit == ["c", "d"]
     assert plan_queue(episodes, 1, NOW, lingering=2).admit == []
+
+
+def test_a_moving_queue_rewrites_positions_near_the_head_or_once_halved() -> None:
+    assert position_due(None, 40, still=False)  # a new arrival learns its place at once
+    assert not position_due(40, 39, still=False)  # one slot freed far back: not worth a write
+    assert not position_due(40, 21, still=False)
+    assert position_due(40, 20, still=False)  # halved
+    assert position_due(4, 3, still=False)  # near the head every step is written
+    assert position_due(2, 1, still=False)
+    assert position_due(10, 12, still=False)  # moved back (an earlier episode arrived): at once
+    assert not position_due(7, 7, still=False)
+
+
+def test_a_still_queue_makes_every_position_exact() -> None:
+    assert position_due(40, 39, still=True)
+    assert not position_due(39, 39, still=True)
+
+
+def test_writes_per_waiting_episode_grow_with_the_log_of_the_queue_not_its_length() -> None:
+    writes, stored = 0, None
+    for planned in range(500, 0, -1):  # one admission at a time, never still
+        if position_due(stored, planned, still=False):
+            writes, stored = writes + 1, planned
+    assert stored == 1
+    assert writes <= 12, writes  # 500 -> 250 -> 125 -> ... -> 3, 2, 1

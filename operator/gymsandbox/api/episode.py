@@ -197,7 +197,13 @@ class EpisodeSandboxStatus(Model):
     conditions: Conditions = Field(
         default_factory=list, description="Admitted, PodScheduled, Ready, Reconciling, Stalled."
     )
-    queue_position: int | None = Field(None, ge=1, description="1 for the next episode to be admitted.")
+    queue_position: int | None = Field(
+        None,
+        ge=1,
+        description="1 for the next episode to be admitted. While slots keep freeing, a position past"
+        " the third is rewritten only once it has halved (at most twice the true place); exact five seconds"
+        " after the last admission.",
+    )
     admitted_at: datetime | None = Field(None, description="When the episode took a concurrency slot.")
     expires_at: datetime | None = Field(
         None, description="admittedAt + ttlSeconds; the reaper deletes it then."

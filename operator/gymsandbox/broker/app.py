@@ -3,10 +3,13 @@ the backend. Every error is `{code, message}` with a stable code; nothing answer
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import AsyncIterator
 from typing import Annotated
 
+import anyio.to_thread
 from fastapi import APIRouter, FastAPI, Header, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -29,6 +32,7 @@ from gymsandbox.broker.models import (
     RenewRequest,
 )
 from gymsandbox.broker.service import BrokerService, BrokerState, Upload
+from gymsandbox.broker.telemetry import Telemetry
 
 log = logging.getLogger("gymsandbox.broker")
 JSON_BODY_LIMIT = 1024 * 1024  # every JSON call fits easily; only file transfers carry more
@@ -181,21 +185,45 @@ async def get_directory(
     return Response(data, media_type=TAR)
 
 
-async def _count_in_flight(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-    """Counts calls in flight (for a graceful stop) and turns anything unexpected into a JSON 502 here,
-    inside the app: a catch-all exception handler would still reset the client's connection."""
-    state = service(request).state
-    state.in_flight += 1
-    try:
-        return await call_next(request)
-    except ApiException as e:
-        if e.status == 404:  # deleted between the broker's read and its write (e.g. reaped)
-            return JSONResponse({"code": "episode_not_found", "message": "the episode no longer exists"}, 404)
-        return _backend_error(e)
-    except Exception as e:
-        return _backend_error(e)
-    finally:
-        state.in_flight -= 1
+class Served:
+    """ASGI middleware around every call: counts calls in flight (for a graceful stop), turns anything
+    unexpected into a JSON 502 here, inside the app (a catch-all exception handler would still reset the
+    client's connection), and reports each answer (metrics, one access-log line). Plain ASGI: Starlette's
+    BaseHTTPMiddleware costs about a millisecond a request."""
+
+    def __init__(self, app: ASGIApp, state: BrokerState, telemetry: Telemetry) -> None:
+        self.app, self.state, self.telemetry = app, state, telemetry
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started, status = time.monotonic(), 0
+
+        async def answering(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        self.state.in_flight += 1
+        try:
+            try:
+                await self.app(scope, receive, answering)
+            except Exception as e:
+                if status:  # the answer has begun: nothing better can be sent
+                    raise
+                await _unexpected(e)(scope, receive, answering)
+        finally:
+            self.state.in_flight -= 1
+            self.telemetry.served(scope, status, time.monotonic() - started)
+
+
+def _unexpected(error: Exception) -> Response:
+    if isinstance(error, ApiException) and error.status == 404:
+        # deleted between the broker's read and its write (e.g. reaped)
+        return JSONResponse({"code": "episode_not_found", "message": "the episode no longer exists"}, 404)
+    return _backend_error(error)
 
 
 def _backend_error(error: Exception) -> Response:
@@ -229,11 +257,16 @@ async def _invalid(_: Request, error: Exception) -> Response:
 
 
 def create_app(state: BrokerState) -> FastAPI:
-    app = FastAPI(title="gymsandbox episode broker", version=PROTOCOL_VERSION)
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        # Every blocking call runs in anyio's thread pool, 40 threads unless told otherwise.
+        anyio.to_thread.current_default_thread_limiter().total_tokens = state.settings.worker_threads
+        yield
+
+    app = FastAPI(title="gymsandbox episode broker", version=PROTOCOL_VERSION, lifespan=lifespan)
     app.state.service = BrokerService(state)
     app.include_router(router)
-    app.middleware("http")(app.state.service.telemetry.middleware)
-    app.middleware("http")(_count_in_flight)
+    app.add_middleware(Served, state=state, telemetry=app.state.service.telemetry)
     app.add_middleware(BodyLimit, json_limit=JSON_BODY_LIMIT, upload_limit=state.settings.max_transfer_bytes)
     app.add_exception_handler(BrokerError, _broker_error)
     app.add_exception_handler(RequestValidationError, _invalid)

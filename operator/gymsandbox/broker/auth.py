@@ -28,8 +28,10 @@ EVERY_SCOPE = frozenset(Scope)
 
 
 class LiveObjects(Protocol):
-    def get_host(self, namespace: str, name: str) -> Manifest | None: ...
-    def get_episode(self, namespace: str, name: str) -> Manifest | None: ...
+    """Reads that may be a moment old unless `fresh` (broker/recent.py)."""
+
+    def get_host(self, namespace: str, name: str, *, fresh: bool = False) -> Manifest | None: ...
+    def get_episode(self, namespace: str, name: str, *, fresh: bool = False) -> Manifest | None: ...
 
 
 @dataclass(frozen=True)
@@ -67,15 +69,26 @@ def authenticate(header: str | None, objects: LiveObjects, key: SigningKey) -> C
     try:
         signed = verify_signature(token, key)  # before any lookup: no existence oracle for forged tokens
         getter = objects.get_host if signed.kind == "GymHost" else objects.get_episode
-        live = getter(signed.namespace, signed.name)
-        if live is None:
-            raise TokenError("stale_object", f"the {signed.kind} this token was issued for no longer exists")
-        claims = verify_live(
-            token, key, {**live, "kind": signed.kind}, scopes=EVERY_SCOPE, now=int(time.time())
-        )
+
+        def verified(fresh: bool) -> Caller:
+            live = getter(signed.namespace, signed.name, fresh=fresh)
+            if live is None:
+                raise TokenError(
+                    "stale_object", f"the {signed.kind} this token was issued for no longer exists"
+                )
+            claims = verify_live(
+                token, key, {**live, "kind": signed.kind}, scopes=EVERY_SCOPE, now=int(time.time())
+            )
+            return Caller(claims, live)
+
+        try:
+            return verified(fresh=False)
+        except TokenError as e:
+            if e.code != "stale_object":
+                raise
+            return verified(fresh=True)  # gone or replaced, as a kept read says: the API server decides
     except TokenError as e:
         raise BrokerError("unauthorized", f"invalid lease token: {e.message}", cause=e.code) from None
-    return Caller(claims, live)
 
 
 def require_host(caller: Caller) -> None:

@@ -8,7 +8,7 @@ import math
 import re
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -18,8 +18,9 @@ from kubernetes.stream import stream
 from kubernetes.stream.ws_client import ERROR_CHANNEL, STDIN_CHANNEL
 from websocket import WebSocketException
 
+from gymsandbox.broker.recent import Recent
 from gymsandbox.desired.owner import Manifest
-from gymsandbox.handlers.kube import EPISODE, GYMHOST, POD, Kube
+from gymsandbox.handlers.kube import EPISODE, GYMHOST, POD, Kind, Kube
 
 TRUNCATED = b"\n[output truncated]\n"
 EXIT_DEADLINE = -1  # killed at its deadline
@@ -68,6 +69,7 @@ MISSING_EXECUTABLE = re.compile(
     r'|error finding executable "([^"]+)" in PATH'
 )
 MISSING_TOOL = re.compile(r"gymsandbox-broker: the sandbox has no (\S+)")
+NOT_SENT = re.compile(r"error (dialing backend|sending request)")
 
 
 @dataclass(frozen=True)
@@ -101,15 +103,28 @@ class _Capped:
 
 
 class KubeBackend:
-    def __init__(self, api_client: client.ApiClient) -> None:
+    """Reads of hosts, episodes and pods may come from `recent` (broker/recent.py: at most a second old,
+    one GET for concurrent calls); `fresh=True` reads the API server, as every refusal must."""
+
+    def __init__(self, api_client: client.ApiClient, recent: Recent | None = None) -> None:
         self.kube = Kube(api_client)
         self.configuration = api_client.configuration
+        self.recent = recent or Recent()
 
-    def get_host(self, namespace: str, name: str) -> Manifest | None:
-        return self.kube.get(GYMHOST, namespace, name)
+    def _read(self, kind: Kind, namespace: str, name: str, fresh: bool) -> Manifest | None:
+        return self.recent.read(
+            (kind.plural, namespace, name), lambda: self.kube.get(kind, namespace, name), fresh=fresh
+        )
 
-    def get_episode(self, namespace: str, name: str) -> Manifest | None:
-        return self.kube.get(EPISODE, namespace, name)
+    def _wrote(self, kind: Kind, obj: Manifest) -> Manifest:
+        self.recent.put((kind.plural, obj["metadata"]["namespace"], obj["metadata"]["name"]), obj)
+        return obj
+
+    def get_host(self, namespace: str, name: str, *, fresh: bool = False) -> Manifest | None:
+        return self._read(GYMHOST, namespace, name, fresh)
+
+    def get_episode(self, namespace: str, name: str, *, fresh: bool = False) -> Manifest | None:
+        return self._read(EPISODE, namespace, name, fresh)
 
     def list_episodes(self, namespace: str, host: str) -> list[Manifest]:
         return self.kube.list(EPISODE, namespace, fields=f"spec.hostRef.name={host}")
@@ -117,23 +132,24 @@ class KubeBackend:
     def create_episode(self, manifest: Mapping[str, Any]) -> tuple[Manifest, bool]:
         """Create it; (existing, False) when the name is taken (an idempotent retry)."""
         try:
-            return self.kube.create(EPISODE, manifest), True
+            return self._wrote(EPISODE, self.kube.create(EPISODE, manifest)), True
         except ApiException as e:
             if e.status != 409:
                 raise
-        existing = self.kube.get(EPISODE, manifest["metadata"]["namespace"], manifest["metadata"]["name"])
+        meta = manifest["metadata"]
+        existing = self.get_episode(meta["namespace"], meta["name"], fresh=True)
         if existing is None:
             raise ApiException(status=409, reason="Conflict")
         return existing, False
 
     def patch_episode(self, namespace: str, name: str, body: Mapping[str, Any]) -> Manifest:
-        return self.kube.patch(EPISODE, namespace, name, body)
+        return self._wrote(EPISODE, self.kube.patch(EPISODE, namespace, name, body))
 
     def record_operate_leases(self, episode: Mapping[str, Any], leases: Mapping[str, int]) -> Manifest | None:
         """Write status.operateLeases if the episode is still as read; None when it changed meanwhile."""
         meta = episode["metadata"]
         try:
-            return self.kube.patch_status(
+            written = self.kube.patch_status(
                 EPISODE,
                 meta["namespace"],
                 meta["name"],
@@ -142,14 +158,19 @@ class KubeBackend:
             )
         except ApiException as e:
             if e.status == 409:
+                self.recent.forget((EPISODE.plural, meta["namespace"], meta["name"]))
                 return None
             raise
+        return self._wrote(EPISODE, written)
 
     def delete_episode(self, namespace: str, name: str) -> bool:
-        return self.kube.delete(EPISODE, namespace, name)
+        try:
+            return self.kube.delete(EPISODE, namespace, name)
+        finally:
+            self.recent.forget((EPISODE.plural, namespace, name))  # now being deleted, or gone
 
-    def get_pod(self, namespace: str, name: str) -> Manifest | None:
-        return self.kube.get(POD, namespace, name)
+    def get_pod(self, namespace: str, name: str, *, fresh: bool = False) -> Manifest | None:
+        return self._read(POD, namespace, name, fresh)
 
     def pod_went_away(self, namespace: str, name: str, since: float) -> bool:
         """Whether the pod is gone, being deleted, finished, or replaced by a namesake created after `since`
@@ -211,18 +232,56 @@ def _run_exec(
     max_error: int,
 ) -> ExecOutcome:
     started = time.monotonic()
-    stdout, stderr = _Capped(max_output), _Capped(max_error)
+    for attempt in range(1, HANDSHAKE_ATTEMPTS + 1):
+        outcome, status = _exec_once(
+            core,
+            namespace,
+            pod,
+            container,
+            argv,
+            stdin=stdin,
+            deadline=deadline,
+            sizes=(max_output, max_error),
+        )
+        if not (never_sent(status, outcome) and attempt < HANDSHAKE_ATTEMPTS):
+            break
+        if time.monotonic() + HANDSHAKE_RETRY_SECONDS >= deadline:
+            break
+        time.sleep(HANDSHAKE_RETRY_SECONDS)  # nothing ran: the API server never reached the kubelet
+    return replace(outcome, duration_seconds=time.monotonic() - started)
+
+
+def never_sent(status: Mapping[str, Any], outcome: ExecOutcome) -> bool:
+    """Whether the API server answered that it could not reach the pod's kubelet: it failed to dial it or
+    to write the request (apimachinery's upgrade proxy), so the command never started and may be tried
+    again. Seen with 1,000 execs at once on the local control plane."""
+    return (
+        outcome.exit_code == EXIT_UNREACHABLE
+        and status.get("status") == "Failure"
+        and NOT_SENT.search(str(status.get("message", ""))) is not None
+        and not outcome.stdout
+    )
+
+
+def _exec_once(
+    core: client.CoreV1Api,
+    namespace: str,
+    pod: str,
+    container: str,
+    argv: list[str],
+    *,
+    stdin: bytes | None,
+    deadline: float,
+    sizes: tuple[int, int],
+) -> tuple[ExecOutcome, dict[str, Any]]:
+    """One exec stream: its outcome and the exec status the API server sent (empty if none)."""
+    started = time.monotonic()
+    stdout, stderr = _Capped(sizes[0]), _Capped(sizes[1])
     try:
         ws = _connect(core, namespace, pod, container, argv, interactive=stdin is not None, deadline=deadline)
     except (ApiException, OSError, ValueError, WebSocketException) as e:
-        return ExecOutcome(
-            EXIT_UNREACHABLE,
-            b"",
-            str(getattr(e, "reason", e)).encode(),
-            False,
-            False,
-            time.monotonic() - started,
-        )
+        reason = str(getattr(e, "reason", e)).encode()
+        return ExecOutcome(EXIT_UNREACHABLE, b"", reason, False, False, time.monotonic() - started), {}
     timed_out, status = False, {}
     try:
         if stdin is not None:
@@ -254,7 +313,7 @@ def _run_exec(
     if code == EXIT_UNREACHABLE and status.get("status") == "Failure":
         # The runtime's reason, shortened: gVisor's repeats the whole command line before it.
         stderr.add(f"the sandbox refused the command: ...{str(status.get('message', ''))[-300:]}")
-    return ExecOutcome(
+    outcome = ExecOutcome(
         code,
         stdout.value(),
         stderr.value(),
@@ -263,6 +322,7 @@ def _run_exec(
         time.monotonic() - started,
         missing,
     )
+    return outcome, status
 
 
 def _connect(

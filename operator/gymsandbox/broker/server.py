@@ -51,13 +51,13 @@ class _DrainingServer(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
-def build_state(policy_path: Path, operator_namespace: str) -> BrokerState:
-    client = api_client()
+def build_state(policy_path: Path, operator_namespace: str, settings: BrokerSettings) -> BrokerState:
+    client = api_client(connections=settings.worker_threads)
     return BrokerState(
         backend=KubeBackend(client),
         key=wait_for_signing_key(Kube(client), operator_namespace, timeout=SIGNING_KEY_WAIT_SECONDS),
         policy=load_policy(policy_path),
-        settings=BrokerSettings(),
+        settings=settings,
     )
 
 
@@ -82,13 +82,15 @@ def run_broker(
     listen: tuple[str, int],
     metrics_listen: tuple[str, int] | None = None,
     tls_dir: Path | None = None,
+    *,
+    settings: BrokerSettings | None = None,
 ) -> None:
     """Serve on `listen`, with TLS from `tls_dir` when given (plain HTTP otherwise, with a warning)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     cert, key = tls_files(tls_dir) if tls_dir else (None, None)
     if tls_dir is None:
         log.warning("serving plain HTTP: lease tokens cross the network in the clear (see --tls-dir)")
-    state = build_state(policy_path, operator_namespace)
+    state = build_state(policy_path, operator_namespace, settings or BrokerSettings())
     app = create_app(state)
     if metrics_listen:
         # Apart from the API port, which every host pod may reach: scrapers only (the chart's NetworkPolicy).

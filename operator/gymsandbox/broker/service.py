@@ -10,6 +10,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from fastapi.concurrency import run_in_threadpool
@@ -70,10 +71,17 @@ class BrokerSettings:
     max_transfer_bytes: int = 64 * 1024 * 1024  # one file or one tar, either way
     transfer_timeout_seconds: float = 300
     max_calls_per_host: int = 32  # commands and transfers in flight at once, per GymHost
+
     # Memory for the input and output of calls in flight (reserved at their worst case before anything is
     # read), per GymHost and for the whole process; within the chart's memory limit for the broker.
     max_bytes_per_host: int = 192 * 1024 * 1024
     max_bytes_total: int = 320 * 1024 * 1024
+
+    @property
+    def worker_threads(self) -> int:
+        """Threads for blocking work (API reads, and each command or transfer while it runs): four hosts at
+        their full share of calls, and reads besides. anyio starts them only as calls need them."""
+        return max(64, 4 * self.max_calls_per_host + 16)
 
 
 @dataclass
@@ -157,11 +165,16 @@ class BrokerService:
             raise
 
     async def episode(
-        self, caller: Caller, episode_id: str, *, destroy: bool, rollout: str | None
+        self, caller: Caller, episode_id: str, *, destroy: bool, rollout: str | None, fresh: bool = True
     ) -> Manifest:
+        """The episode, if this caller may use it (or, with `destroy`, close it or grant leases). Read from
+        the API server, or with `fresh=False` as the broker read it a moment ago (a hot path, which must
+        confirm a refusal with a fresh read, as `_ready_pod` does)."""
         if len(episode_id) > 253 or not EPISODE_ID.fullmatch(episode_id):  # not a Kubernetes name: no lookup
             raise BrokerError("episode_not_found", "episode ids are Kubernetes names (DNS-1123, at most 253)")
-        episode = await run_in_threadpool(self.state.backend.get_episode, caller.namespace, episode_id)
+        episode = await run_in_threadpool(
+            partial(self.state.backend.get_episode, fresh=fresh), caller.namespace, episode_id
+        )
         if episode is None or episode["metadata"].get("deletionTimestamp"):
             if episode is not None or self._minted_for_caller(caller, episode_id):
                 raise BrokerError("session_lost", f"episode {episode_id} was closed or expired")
@@ -187,7 +200,8 @@ class BrokerService:
         backend = self.state.backend
         if (
             not idempotency_key
-            or await run_in_threadpool(backend.get_episode, caller.namespace, name) is None
+            or await run_in_threadpool(partial(backend.get_episode, fresh=True), caller.namespace, name)
+            is None
         ):
             await self._check_quota(caller, host_spec)
         host = caller.live["metadata"]
@@ -358,7 +372,9 @@ class BrokerService:
     async def renew(self, authorization: str | None, episode_id: str, body: RenewRequest) -> Episode:
         caller = await self.caller(authorization)
         episode = await self.episode(caller, episode_id, destroy=True, rollout=None)
-        host = await run_in_threadpool(self.state.backend.get_host, caller.namespace, caller.host_name())
+        host = await run_in_threadpool(
+            partial(self.state.backend.get_host, fresh=True), caller.namespace, caller.host_name()
+        )
         cap = (
             GymHostSpec.model_validate((host or {}).get("spec") or {}).episodes.max_ttl_seconds if host else 0
         )
@@ -378,14 +394,23 @@ class BrokerService:
 
     async def _ready_pod(self, caller: Caller, episode_id: str, rollout: str | None) -> str:
         """The episode's own sandbox pod, which alone the broker execs into: named as the operator names it
-        and controlled by this very episode (its uid), whatever the episode's status says."""
-        episode = await self.episode(caller, episode_id, destroy=False, rollout=rollout)
+        and controlled by this very episode (its uid), whatever the episode's status says. Every command
+        and transfer asks, so the episode and its pod may be as read a moment ago; a refusal never is."""
+        try:
+            return await self._sandbox_of(caller, episode_id, rollout, fresh=False)
+        except BrokerError:
+            return await self._sandbox_of(caller, episode_id, rollout, fresh=True)
+
+    async def _sandbox_of(self, caller: Caller, episode_id: str, rollout: str | None, *, fresh: bool) -> str:
+        episode = await self.episode(caller, episode_id, destroy=False, rollout=rollout, fresh=fresh)
         view = episode_view(episode)
         if not (episode.get("status") or {}).get("podName") or not view.ready:
             raise BrokerError("conflict", f"episode {episode_id} is not ready yet ({view.reason})")
         meta = episode["metadata"]
         name = episode_pod_name(Owner("EpisodeSandbox", meta["name"], meta["namespace"], meta["uid"]))
-        pod = await run_in_threadpool(self.state.backend.get_pod, caller.namespace, name)
+        pod = await run_in_threadpool(
+            partial(self.state.backend.get_pod, fresh=fresh), caller.namespace, name
+        )
         refusal = not_its_sandbox(pod, episode)
         if refusal:
             raise BrokerError("conflict", f"episode {episode_id} has no sandbox of its own to use: {refusal}")

@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import json
 import logging
-import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
-from fastapi import Request, Response
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 log = logging.getLogger("gymsandbox.broker.access")
@@ -79,24 +78,20 @@ class Telemetry:
     def auth_failed(self, reason: str | None) -> None:
         self.auth_failures.labels(reason or "other").inc()
 
-    async def middleware(
-        self, request: Request, call_next: Callable[[Request], Awaitable[Response]]
-    ) -> Response:
-        started = time.monotonic()
-        response = await call_next(request)
-        seconds = time.monotonic() - started
-        route = getattr(request.scope.get("route"), "path", "unmatched")
-        self.requests.labels(route, request.method, str(response.status_code)).inc()
-        self.request_seconds.labels(route, request.method).observe(seconds)
+    def served(self, scope: Mapping[str, Any], status: int, seconds: float) -> None:
+        """One request answered (`scope` as the router left it: the route template, the path's episode)."""
+        route = getattr(scope.get("route"), "path", "unmatched")
+        method = scope.get("method", "")
+        self.requests.labels(route, method, str(status)).inc()
+        self.request_seconds.labels(route, method).observe(seconds)
         log.info(
             json.dumps(
                 {
                     "route": route,
-                    "method": request.method,
-                    "status": response.status_code,
-                    "episode": request.path_params.get("episode_id"),
+                    "method": method,
+                    "status": status,
+                    "episode": (scope.get("path_params") or {}).get("episode_id"),
                     "seconds": round(seconds, 4),
                 }
             )
         )
-        return response

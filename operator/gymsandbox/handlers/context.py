@@ -167,6 +167,14 @@ class OperatorContext:
         self._last_run[key] = moment
         return True
 
+    def mark(self, key: str) -> None:
+        """Remember that `key` happened now (see `since`)."""
+        self._last_run[key] = time.monotonic()
+
+    def since(self, key: str) -> float:
+        """Seconds since `key` was marked (or `due` last answered True); infinite if never."""
+        return time.monotonic() - self._last_run.get(key, float("-inf"))
+
     def prune(self, idle_seconds: float = IDLE_SECONDS) -> None:
         """Bound every per-object map by the objects seen in the last `idle_seconds` (each live one is
         reconciled every RESYNC_SECONDS), whether or not their deletion was seen."""

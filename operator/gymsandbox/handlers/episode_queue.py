@@ -29,14 +29,19 @@ from gymsandbox.handlers.common import parse_time, timestamp
 from gymsandbox.handlers.context import Admission, OperatorContext
 from gymsandbox.handlers.kube import EPISODE, GYMHOST, Kind
 from gymsandbox.handlers.sandboxes import end_lingering_sandboxes, stop_sandboxes
+from gymsandbox.handlers.store import newer
 from gymsandbox.metrics import METRICS, episode_phase
 from gymsandbox.policy.admission import Refusal, admit_gymhost
 from gymsandbox.policy.episodes import EpisodeRequest, admit_episode, episode_ttl_seconds
-from gymsandbox.policy.queue import EpisodeSlot, plan_queue
+from gymsandbox.policy.queue import EpisodeSlot, plan_queue, position_due
 
 RESOURCE = "episodesandboxes"
 # A host's counts (status.episodes) are written at most this often while episodes come and go.
 COUNTS_SECONDS = 1.0
+# Queue positions are exact once no episode of the host has been admitted for this long (policy/queue.py
+# position_due); the host's tick (REAP_SECONDS) brings that pass when the queue stops moving. Not shorter:
+# slots freeing in waves (TTLs of a few seconds) would rewrite the whole queue between waves.
+STILL_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -189,17 +194,17 @@ def sync_host_episodes(
             moment,
             lingering=ctx.lingering.get(uid, 0),
         )
-        reaped = []
-        for name in plan.expired:
-            # Only this exact state: a renewal that landed since it was read wins over the reaper.
-            if kube.delete(
-                EPISODE, namespace, name, resource_version=by_name[name]["metadata"]["resourceVersion"]
-            ):
-                reaped.append(name)
-                expired_at = slots[name].expires_at or moment
-                METRICS.reaped(RESOURCE, "expired", (datetime.now(UTC) - expired_at).total_seconds())
-        stop_sandboxes(kube, namespace, reaped)
+        reap(
+            ctx,
+            uid,
+            [by_name[name] for name in plan.expired],
+            {n: slots[n].expires_at for n in slots},
+            moment,
+        )
         touched = list(plan.timed_out)
+        if plan.admit:
+            ctx.mark(f"admitted/{uid}")
+        still = ctx.since(f"admitted/{uid}") >= STILL_SECONDS  # no slot taken for a moment: exact positions
         for name in plan.admit:
             episode = by_name[name]
             # Its clock starts at creation even when this tick comes before its create handler (a backlog).
@@ -217,8 +222,9 @@ def sync_host_episodes(
             ) != episode["metadata"].get("generation")
             if retry and unfinished and name not in touched:
                 touched.append(name)
-            if name in plan.positions and status.get("queuePosition") != plan.positions[name]:
-                write_status(ctx, namespace, name, {"queuePosition": plan.positions[name]})
+            planned = plan.positions.get(name)
+            if planned is not None and position_due(status.get("queuePosition"), planned, still=still):
+                write_status(ctx, namespace, name, {"queuePosition": planned})
             # A renewal (a new ttlSeconds) moves expiresAt of an admitted episode.
             expires_at, stored = slots[name].expires_at, parse_time(status.get("expiresAt"))
             if status.get("admittedAt") and expires_at and stored != expires_at and name not in plan.expired:
@@ -228,9 +234,43 @@ def sync_host_episodes(
             uid, namespace, Tally(episode_phase(e) for name, e in by_name.items() if name not in plan.expired)
         )
         counts = {"active": plan.active, "queued": plan.queued}
-        if (host.get("status") or {}).get("episodes") != counts and ctx.due(f"counts/{uid}", COUNTS_SECONDS):
+        known = newest(host, ctx.hosts.get(namespace, meta["name"]))  # this process's own write included
+        if (known.get("status") or {}).get("episodes") != counts and ctx.due(f"counts/{uid}", COUNTS_SECONDS):
             write_status(ctx, namespace, meta["name"], {"episodes": counts}, kind=GYMHOST)
     return touched
+
+
+def newest(a: Manifest, b: Manifest | None) -> Manifest:
+    """The later version of one object (`b` may be missing, or of an earlier incarnation)."""
+    if b is None or b["metadata"].get("uid") != a["metadata"].get("uid"):
+        return a
+    return b if newer(b, a) else a
+
+
+def reap(
+    ctx: OperatorContext,
+    host_uid: str,
+    expired: list[Manifest],
+    expiries: Mapping[str, datetime | None],
+    moment: datetime,
+) -> None:
+    """Delete the expired episodes and end their pods; until those are gone they hold the host's slots."""
+    reaped = []
+    for episode in expired:
+        meta = episode["metadata"]
+        # Only this exact state: a renewal that landed since it was read wins over the reaper.
+        if ctx.kube.delete(
+            EPISODE, meta["namespace"], meta["name"], resource_version=meta["resourceVersion"]
+        ):
+            # Gone (episodes carry no finalizer of ours), or closing: either way it holds no slot from now
+            # on, not only once the watch, which may lag far behind a burst, reports the deletion.
+            ctx.episodes.remove(episode)
+            reaped.append(meta["name"])
+            expired_at = expiries.get(meta["name"]) or moment
+            METRICS.reaped(RESOURCE, "expired", (datetime.now(UTC) - expired_at).total_seconds())
+    if reaped:
+        stop_sandboxes(ctx.kube, expired[0]["metadata"]["namespace"], reaped)
+        ctx.lingering[host_uid] = ctx.lingering.get(host_uid, 0) + len(reaped)  # the next plan counts them
 
 
 def write_status(

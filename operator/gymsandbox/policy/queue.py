@@ -61,3 +61,18 @@ def plan_queue(
         active=len(holding) + len(admit),
         queued=len(queue),
     )
+
+
+EXACT_HEAD = 3  # the first in line always see their exact place
+
+
+def position_due(stored: int | None, planned: int, *, still: bool) -> bool:
+    """Whether a waiting episode's queuePosition is written now. While its host's queue moves (slots
+    freeing), a position is rewritten near the head, or once it has halved: every admission shifts the
+    whole queue, and rewriting each position would cost a write per waiting episode per admission. Once the
+    queue has been `still` for a moment, every position is made exact."""
+    if stored == planned:
+        return False
+    if stored is None or still or planned <= EXACT_HEAD or planned > stored:
+        return True
+    return planned <= stored // 2
