@@ -64,7 +64,7 @@ scale: venv binaries ## scale tier: a thousand episodes over capped hosts (corre
 	$(VENV)/bin/pytest tests/scale
 
 test: venv binaries lint ## everything CI runs: lint, unit, integration, node, security, scale and (last) chaos
-	$(VENV)/bin/pytest tests/unit tests/integration tests/node tests/security tests/scale tests/chaos
+	$(VENV)/bin/pytest --durations=30 tests/unit tests/integration tests/node tests/security tests/scale tests/chaos
 
 run: venv binaries ## the main job: the operator (and the sample GymHost) on KUBECONFIG's cluster, or a local one
 	hack/run.sh

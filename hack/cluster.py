@@ -478,8 +478,8 @@ def cluster_objects(real_node: bool) -> str:
                 type: kwok
                 {RUNTIME_LABEL}: {runtime}
             status:
-              allocatable: {{cpu: "1000", memory: 4Ti, pods: "5000", ephemeral-storage: 100Ti}}
-              capacity: {{cpu: "1000", memory: 4Ti, pods: "5000", ephemeral-storage: 100Ti}}
+              allocatable: {{cpu: "4000", memory: 8Ti, pods: "6000", ephemeral-storage: 100Ti}}
+              capacity: {{cpu: "4000", memory: 8Ti, pods: "6000", ephemeral-storage: 100Ti}}
             """)
         )
     for name, runtime in RUNTIME_CLASSES.items():

@@ -40,3 +40,37 @@ def test_a_ready_episode_whose_stored_status_went_stale_is_repaired_by_the_drift
         timeout=3 * float(RESYNC_SECONDS),
         what="the drift pass to repair the stale Ready",
     )
+
+
+def test_children_deleted_under_each_host_of_a_namespace_come_back(
+    cluster: Cluster, operator: OperatorProcess, namespace: str, hosts: Hosts, api_client: client.ApiClient
+) -> None:
+    """One drift pass covers every host of the namespace, whichever host's timer runs it."""
+    names = [HOST, f"{HOST}-b"]
+    for name in names:
+        claim, host = sample()
+        host["metadata"]["name"] = name
+        apply(cluster, namespace, claim, host)
+    episodes = Episodes(api_client, namespace)
+    for index, name in enumerate(names):
+        hosts.wait_reason(name, "HostReady")
+        episodes.create(episode(f"under-{index}", host=name))
+    for index in range(len(names)):
+        episodes.wait_ready(f"under-{index}")
+    core, networking = client.CoreV1Api(api_client), client.NetworkingV1Api(api_client)
+    uids = {
+        "secret": core.read_namespaced_secret("under-0-lease", namespace).metadata.uid,
+        "policy": networking.read_namespaced_network_policy("under-1-egress", namespace).metadata.uid,
+    }
+    core.delete_namespaced_secret("under-0-lease", namespace)
+    networking.delete_namespaced_network_policy("under-1-egress", namespace)
+
+    def made_again() -> bool:
+        try:
+            secret = core.read_namespaced_secret("under-0-lease", namespace)
+            policy = networking.read_namespaced_network_policy("under-1-egress", namespace)
+        except client.ApiException:
+            return False
+        return secret.metadata.uid != uids["secret"] and policy.metadata.uid != uids["policy"]
+
+    eventually(made_again, timeout=4 * float(RESYNC_SECONDS), what="both deleted children made again")

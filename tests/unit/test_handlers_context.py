@@ -7,7 +7,7 @@ from typing import cast
 
 import pytest
 
-from gymsandbox.handlers.context import OperatorContext
+from gymsandbox.handlers.context import Coalesced, KeyedLocks, OperatorContext
 from gymsandbox.handlers.kube import Kube
 from gymsandbox.leases import SigningKey
 from gymsandbox.policy.cluster import ClusterPolicy
@@ -62,3 +62,36 @@ def test_prune_drops_what_is_kept_for_objects_idle_too_long_but_never_a_held_loc
     )
     assert sorted(ctx.lingering) == ["busy-host", "live-host"]
     assert ctx._last_run == {"drift/live-host": 4000.0}
+
+
+def test_a_request_is_covered_only_by_a_run_begun_after_it() -> None:
+    plans = Coalesced()
+    first = plans.ask("h")
+    covers = plans.begin("h")  # a run starts: it sees what `first` saw
+    second = plans.ask("h")  # asked while that run goes on: it may have missed this one's change
+    plans.done("h", covers)
+    assert plans.covered("h", first)
+    assert not plans.covered("h", second)
+    plans.done("h", plans.begin("h"))
+    assert plans.covered("h", second)
+    assert not plans.covered("other", plans.ask("other"))
+
+
+def test_a_forgotten_key_starts_over() -> None:
+    plans = Coalesced()
+    plans.ask("h")
+    plans.done("h", plans.begin("h"))
+    plans.forget("h")
+    assert not plans.covered("h", plans.ask("h"))
+
+
+def test_a_lock_is_busy_while_held_and_once_asked_for_after_the_moment() -> None:
+    locks = KeyedLocks()
+    assert not locks.busy_since("u", time.monotonic())  # never asked for
+    with locks("u"):
+        assert locks.busy_since("u", time.monotonic() + 60)
+    moment = time.monotonic()
+    assert not locks.busy_since("u", moment)  # released, and last asked for before `moment`
+    with locks("u"):
+        pass
+    assert locks.busy_since("u", moment)

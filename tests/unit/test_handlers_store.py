@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from gymsandbox.handlers.context import Later, host_of
-from gymsandbox.handlers.store import Store
+from gymsandbox.handlers.store import Store, slim_pod
 
 
 def episode(name: str, uid: str, version: int, host: str = "h1", **status: Any) -> dict[str, Any]:
@@ -86,3 +86,27 @@ def test_later_calls_once_per_key_and_the_earliest_wins() -> None:
     assert done.wait(timeout=5)
     time.sleep(0.6)
     assert calls == ["early"]
+
+
+def test_the_pod_store_keeps_what_is_read_of_a_pod_and_drops_its_containers() -> None:
+    store = Store(keep=slim_pod)
+    pod = episode("p", "u1", 3)
+    gates = [{"conditionType": "x"}]
+    pod["spec"] = {"nodeName": "n1", "readinessGates": gates, "containers": [{"name": "c"}]}
+    pod["status"] = {"phase": "Running"}
+    store.put(pod)
+    kept = store.get("ns", "p") or {}
+    assert kept["spec"] == {"nodeName": "n1", "readinessGates": gates}
+    assert kept["status"] == {"phase": "Running"}
+    assert "managedFields" not in kept["metadata"]
+    assert kept["metadata"]["uid"] == "u1"
+
+
+def test_in_namespace_lists_every_group_of_that_namespace_only() -> None:
+    store = Store(host_of)
+    store.put(episode("a", "u1", 1, host="h1"))
+    store.put(episode("b", "u2", 1, host="h2"))
+    other = episode("c", "u3", 1)
+    other["metadata"]["namespace"] = "elsewhere"
+    store.put(other)
+    assert [e["metadata"]["name"] for e in store.in_namespace("ns")] == ["a", "b"]

@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from gymsandbox.handlers.kube import Kube
-from gymsandbox.handlers.store import Store
+from gymsandbox.handlers.store import Store, slim_pod
 from gymsandbox.leases import SigningKey
 from gymsandbox.policy.cluster import ClusterPolicy
 from gymsandbox.policy.egress import BoundedResolver, Resolver
@@ -48,6 +48,12 @@ class KeyedLocks:
         with self._guard:
             self._used[key] = time.monotonic()
             return self._locks.setdefault(key, threading.Lock())
+
+    def busy_since(self, key: str, moment: float) -> bool:
+        """Held now, or asked for at or after `moment` (monotonic)."""
+        with self._guard:
+            lock = self._locks.get(key)
+            return lock is not None and (lock.locked() or self._used[key] >= moment)
 
     def forget(self, key: str) -> None:
         with self._guard:
@@ -104,6 +110,40 @@ class Later:
                     LOG.exception("a deferred reconcile failed")
 
 
+class Coalesced:
+    """Requests for a job per key (the host loop) that a later run makes redundant: a run that began after a
+    request was made covers it (a plan begun after an episode's event reads the store that event updated)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._asked: dict[str, int] = {}
+        self._covered: dict[str, int] = {}
+
+    def ask(self, key: str) -> int:
+        """A request; its ticket."""
+        with self._lock:
+            self._asked[key] = ticket = self._asked.get(key, 0) + 1
+            return ticket
+
+    def covered(self, key: str, ticket: int) -> bool:
+        with self._lock:
+            return self._covered.get(key, 0) >= ticket
+
+    def begin(self, key: str) -> int:
+        """A run starts (callers serialize runs per key): the requests it covers once it is done."""
+        with self._lock:
+            return self._asked.get(key, 0)
+
+    def done(self, key: str, covers: int) -> None:
+        with self._lock:
+            self._covered[key] = max(self._covered.get(key, 0), covers)
+
+    def forget(self, key: str) -> None:
+        with self._lock:
+            self._asked.pop(key, None)
+            self._covered.pop(key, None)
+
+
 @dataclass(frozen=True)
 class Admission:
     """An admission decided in memory and not yet written to the episode's status."""
@@ -128,13 +168,16 @@ class OperatorContext:
     # kopf namespace patterns this operator serves (globs, "!" excludes); empty: every namespace.
     namespaces: tuple[str, ...] = ()
     locks: KeyedLocks = field(default_factory=KeyedLocks)
+    # Per host uid: the host loop's runs, so that a burst of events plans once per run, not once per event.
+    plans: Coalesced = field(default_factory=Coalesced)
     resolver: Resolver = field(default_factory=BoundedResolver)
     _last_run: dict[str, float] = field(default_factory=dict)
+    _due_lock: threading.Lock = field(default_factory=threading.Lock)
     # Per host uid: sandbox pods still running without an open episode at the last look (each holds a slot).
     lingering: dict[str, int] = field(default_factory=dict)
     # What the watches have seen (handlers/store.py): episodes by host, sandbox pods, hosts.
     episodes: Store = field(default_factory=lambda: Store(host_of))
-    pods: Store = field(default_factory=Store)
+    pods: Store = field(default_factory=lambda: Store(keep=slim_pod))
     hosts: Store = field(default_factory=Store)
     # Per episode uid: admissions decided and not yet in its status (the planner counts them as holding).
     admissions: dict[str, Admission] = field(default_factory=dict)
@@ -160,12 +203,14 @@ class OperatorContext:
         )
 
     def due(self, key: str, interval: float) -> bool:
-        """True at most once per `interval` seconds for `key` (periodic work inside a faster timer)."""
-        moment = time.monotonic()
-        if moment - self._last_run.get(key, float("-inf")) < interval:
-            return False
-        self._last_run[key] = moment
-        return True
+        """True at most once per `interval` seconds for `key` (periodic work inside a faster timer), also
+        when several timers ask at once (each host's timer asks for its namespace's drift pass)."""
+        with self._due_lock:
+            moment = time.monotonic()
+            if moment - self._last_run.get(key, float("-inf")) < interval:
+                return False
+            self._last_run[key] = moment
+            return True
 
     def mark(self, key: str) -> None:
         """Remember that `key` happened now (see `since`)."""
@@ -197,6 +242,7 @@ class OperatorContext:
     def forget_host(self, uid: str) -> None:
         """Drop what is kept per host once it is gone: the maps stay as large as the live hosts."""
         self.lingering.pop(uid, None)
+        self.plans.forget(uid)
         self.locks.forget(uid)
         self.locks.forget(f"episodes/{uid}")
         for key in [k for k in self._last_run if k.endswith(f"/{uid}")]:

@@ -196,7 +196,9 @@ def sync_and_refresh(
     host = current_host(ctx, namespace, host_name)
     touched = []
     if host is not None and not host["metadata"].get("deletionTimestamp"):
-        touched = sync_host_episodes(ctx, host, now(), sweep=sweep)
+        # A sweep always runs; else a plan begun after this call (a busy host's next one) is enough.
+        ticket = None if sweep else ctx.plans.ask(host["metadata"]["uid"])
+        touched = sync_host_episodes(ctx, host, now(), sweep=sweep, ticket=ticket)
     for name in [also] if also is not None else []:
         refresh_episode(ctx, namespace, name)
     for name in touched:
@@ -286,8 +288,8 @@ def episodes_tick(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     sweep = ctx.due(f"sweep/{body.metadata.uid}", RESYNC_SECONDS)
     for name in sync_host_episodes(ctx, host, now(), sweep=sweep, relist=sweep, retry=True):
         refresh_episode(ctx, namespace, name)
-    if ctx.due(f"drift/{body.metadata.uid}", RESYNC_SECONDS):
-        for name in episodes_needing_repair(ctx, host):
+    if ctx.due(f"drift/{namespace}", RESYNC_SECONDS):  # one pass covers every host of the namespace
+        for name in episodes_needing_repair(ctx, namespace):
             refresh_episode(ctx, namespace, name)
 
 

@@ -9,7 +9,7 @@ an episode whose child is missing, edited or stale.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -27,7 +27,6 @@ from gymsandbox.handlers.common import now, parse_time, sandbox_error
 from gymsandbox.handlers.context import Made, OperatorContext
 from gymsandbox.handlers.episode_queue import (
     Judged,
-    belongs_to,
     effective_ttl,
     host_episodes,
     judge,
@@ -45,6 +44,7 @@ from gymsandbox.handlers.kube import (
     Kube,
 )
 from gymsandbox.handlers.leases import ensure_lease_secret, secret_token
+from gymsandbox.handlers.store import slim_pod
 from gymsandbox.leases import Claims, Kind, Scope
 from gymsandbox.policy.admission import Refusal
 from gymsandbox.policy.egress import EgressError, EgressTarget, ResolutionError, egress_targets, resolve
@@ -196,51 +196,45 @@ def egress_targets_of(spec: EpisodeSandboxSpec) -> list[EgressTarget]:
     return egress_targets(Egress(allow=list(spec.egress.allow)))
 
 
-def episodes_needing_repair(ctx: OperatorContext, host: Manifest) -> list[str]:
+def episodes_needing_repair(ctx: OperatorContext, namespace: str) -> list[str]:
     """Admitted episodes whose Secret, NetworkPolicy or Pod is missing, or whose NetworkPolicy was edited, or
     whose pod still waits for its sandbox (the kubelet's reason is in an event, which no watch here sees), or
-    whose stored Ready no longer matches its pod (a pod event was lost): three label-selected lists per host
-    instead of a full reconcile of every episode. This pass is what makes status level-triggered; the pod
-    events only make it sooner. What was remembered of a repaired episode's children is forgotten."""
-    kube, namespace = ctx.kube, host["metadata"]["namespace"]
+    whose stored Ready no longer matches its pod (a pod event was lost): three label-selected lists per
+    namespace (whatever its number of hosts) instead of a full reconcile of every episode. This pass is what
+    makes status level-triggered; the pod events only make it sooner. What was remembered of the children
+    of an episode with a child missing, edited or with a changed token is forgotten (a stale Ready alone is
+    written from the pod as listed: in a backlog of pod events it is common, and its children are sound)."""
+    kube = ctx.kube
     episodes = [
         e
+        for host in ctx.hosts.in_namespace(namespace)
+        if not host["metadata"].get("deletionTimestamp")
         for e in host_episodes(ctx, host, relist=False)
         if (e.get("status") or {}).get("admittedAt") and not e["metadata"].get("deletionTimestamp")
     ]
-    moment = now()
-    present: list[set[str]] = []
-    pods: dict[str, Manifest] = {}
-    tokens: dict[str, str | None] = {}
-    for kind in (SECRET, NETWORK_POLICY, POD):
-        children = kube.list(kind, namespace, labels=SANDBOX_CHILDREN)
-        end_orphans(kube, kind, namespace, children)
-        by_label = {(c["metadata"].get("labels") or {}).get(LABEL_EPISODE, ""): c for c in children}
-        if kind is POD:
-            pods = by_label
-        if kind is SECRET:
-            tokens = {label: secret_token(c) for label, c in by_label.items()}
-        present.append(
-            {
-                (c["metadata"].get("labels") or {}).get(LABEL_EPISODE, "")
-                for c in children
-                if not (kind is NETWORK_POLICY and edited(c))
-                and not (kind is POD and sandbox_overdue(c, moment))
-            }
-        )
+    since = time.monotonic()
+    present, pods, tokens = children_seen(kube, namespace, now())
+    # An episode reconciled while the lists ran is left to that reconcile: its children may have been made
+    # between two lists (under load, admitted and half-made is what a listing then sees).
+    episodes = [e for e in episodes if not ctx.locks.busy_since(e["metadata"]["uid"], since)]
 
-    def needs_repair(episode: Manifest) -> bool:
+    def broken(episode: Manifest) -> bool:
         label = label_value(episode["metadata"]["name"])
         if any(label not in names for names in present):
             return True
         made = ctx.children.get(episode["metadata"]["uid"])
-        if made is not None and made.lease is not None and tokens.get(label) != made.lease[2]:
-            return True  # its token was changed behind this process's back
-        return ready_is_stale(episode.get("status") or {}, pods[label])
+        return made is not None and made.lease is not None and tokens.get(label) != made.lease[2]
 
-    repair = [e for e in episodes if belongs_to(e, host["metadata"]["uid"]) and needs_repair(e)]
+    broken_uids = {e["metadata"]["uid"] for e in episodes if broken(e)}
+    repair = [
+        e
+        for e in episodes
+        if e["metadata"]["uid"] in broken_uids
+        or ready_is_stale(e.get("status") or {}, pods[label_value(e["metadata"]["name"])])
+    ]
     for episode in repair:
-        ctx.children.pop(episode["metadata"]["uid"], None)
+        if episode["metadata"]["uid"] in broken_uids:  # a stale Ready alone needs only the pod as listed
+            ctx.children.pop(episode["metadata"]["uid"], None)
         pod = pods.get(label_value(episode["metadata"]["name"]))
         if pod is None:
             stale = ctx.pods.get(namespace, episode_pod_name(owner_of(episode)))
@@ -251,12 +245,38 @@ def episodes_needing_repair(ctx: OperatorContext, host: Manifest) -> list[str]:
     return [e["metadata"]["name"] for e in repair]
 
 
+def children_seen(
+    kube: Kube, namespace: str, moment: datetime
+) -> tuple[list[set[str]], dict[str, Manifest], dict[str, str | None]]:
+    """From paged lists of the namespace's episode Secrets, NetworkPolicies and Pods (orphans among them
+    ended): for each kind, the episode labels whose child is there and sound; the pods by episode label (as
+    the pod store holds them); the lease tokens by episode label."""
+    present: list[set[str]] = []
+    pods: dict[str, Manifest] = {}
+    tokens: dict[str, str | None] = {}
+    for kind in (SECRET, NETWORK_POLICY, POD):
+        present.append(set())
+        for children in kube.pages(kind, namespace, labels=SANDBOX_CHILDREN):
+            end_orphans(kube, kind, namespace, children)
+            for child in children:
+                label = (child["metadata"].get("labels") or {}).get(LABEL_EPISODE, "")
+                if kind is POD:
+                    pods[label] = slim_pod(child)
+                if kind is SECRET:
+                    tokens[label] = secret_token(child)
+                if not (kind is NETWORK_POLICY and edited(child)) and not (
+                    kind is POD and sandbox_overdue(child, moment)
+                ):
+                    present[-1].add(label)
+    return present, pods, tokens
+
+
 def owner_of(episode: Mapping[str, Any]) -> Owner:
     meta = episode["metadata"]
     return Owner(KIND, meta["name"], meta["namespace"], meta["uid"])
 
 
-def end_orphans(kube: Kube, kind: Any, namespace: str, children: list[Manifest]) -> None:
+def end_orphans(kube: Kube, kind: Any, namespace: str, children: Iterable[Manifest]) -> None:
     """Delete episode children that no episode owns: the garbage collector strips the owner reference when an
     episode is deleted with `--cascade=orphan`, and would never remove them after that."""
     for child in children:

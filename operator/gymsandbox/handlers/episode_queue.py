@@ -169,6 +169,7 @@ def sync_host_episodes(
     sweep: bool = False,
     relist: bool = False,
     retry: bool = False,
+    ticket: int | None = None,
 ) -> list[str]:
     """Reap, admit in FIFO order, number the queue and count, for one host. Returns the episodes to refresh
     (admitted, renewed or timed out just now; with `retry`, also those whose last reconcile did not finish:
@@ -183,6 +184,9 @@ def sync_host_episodes(
         return []
     kube, namespace, uid = ctx.kube, meta["namespace"], meta["uid"]
     with ctx.locks(f"episodes/{uid}"):
+        if ticket is not None and ctx.plans.covered(uid, ticket):
+            return []  # a run begun after this request has planned from what the request saw
+        covers = ctx.plans.begin(uid)
         by_name = {e["metadata"]["name"]: e for e in host_episodes(ctx, host, relist=relist)}
         slots = {name: slot(ctx, e, judged(ctx, e, host)) for name, e in by_name.items()}
         open_labels = {label_value(name) for name, s in slots.items() if not s.closing}
@@ -237,6 +241,7 @@ def sync_host_episodes(
         known = newest(host, ctx.hosts.get(namespace, meta["name"]))  # this process's own write included
         if (known.get("status") or {}).get("episodes") != counts and ctx.due(f"counts/{uid}", COUNTS_SECONDS):
             write_status(ctx, namespace, meta["name"], {"episodes": counts}, kind=GYMHOST)
+        ctx.plans.done(uid, covers)
     return touched
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -17,6 +17,9 @@ from kubernetes.client.exceptions import ApiException
 
 from gymsandbox.desired.owner import Manifest
 from gymsandbox.metrics import METRICS
+
+# Items per page of a paged listing (Kube.pages).
+LIST_PAGE = 500
 
 
 class ChildConflictError(Exception):
@@ -120,6 +123,22 @@ class Kube:
             (key, value) for key, value in (("labelSelector", labels), ("fieldSelector", fields)) if value
         ]
         return list(self._call("GET", kind.path(namespace), query=query).get("items", []))
+
+    def pages(
+        self, kind: Kind, namespace: str, *, labels: str, size: int = LIST_PAGE
+    ) -> Iterator[Sequence[Manifest]]:
+        """A label-selected listing `size` items at a time (one consistent snapshot, as `list`), so that a
+        caller reducing each page never holds thousands of whole objects at once."""
+        token = ""
+        while True:
+            query = [("labelSelector", labels), ("limit", str(size))] + (
+                [("continue", token)] if token else []
+            )
+            answer = self._call("GET", kind.path(namespace), query=query)
+            yield list(answer.get("items", []))
+            token = str((answer.get("metadata") or {}).get("continue") or "")
+            if not token:
+                return
 
     def create(self, kind: Kind, manifest: Mapping[str, Any]) -> Manifest:
         try:

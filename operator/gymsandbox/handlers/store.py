@@ -29,6 +29,14 @@ def slim(body: Mapping[str, Any]) -> Manifest:
     return {**body, "metadata": meta}
 
 
+def slim_pod(body: Mapping[str, Any]) -> Manifest:
+    """A pod as the operator reads it: its metadata, status, node and readiness gates (its containers and
+    volumes are most of the rest, and are read from the episode instead)."""
+    pod = slim(body)
+    spec = body.get("spec") or {}
+    return {**pod, "spec": {key: spec[key] for key in ("nodeName", "readinessGates") if key in spec}}
+
+
 def newer(candidate: Mapping[str, Any], current: Mapping[str, Any]) -> bool:
     """resourceVersions are etcd revisions; an unparsable one is taken as newer (the API server's word)."""
     a, b = candidate["metadata"].get("resourceVersion"), current["metadata"].get("resourceVersion")
@@ -39,10 +47,16 @@ def newer(candidate: Mapping[str, Any], current: Mapping[str, Any]) -> bool:
 
 
 class Store:
-    """Objects of one kind by (namespace, name), and by a group key (for episodes: their host)."""
+    """Objects of one kind by (namespace, name), and by a group key (for episodes: their host); `keep` says
+    what of each object is held."""
 
-    def __init__(self, group_of: Callable[[Mapping[str, Any]], str | None] = lambda _: None) -> None:
+    def __init__(
+        self,
+        group_of: Callable[[Mapping[str, Any]], str | None] = lambda _: None,
+        keep: Callable[[Mapping[str, Any]], Manifest] = slim,
+    ) -> None:
         self._group_of = group_of
+        self._keep = keep
         self._lock = threading.Lock()
         self._objects: dict[Key, Manifest] = {}
         self._seen: dict[Key, float] = {}  # when each body was put, monotonic
@@ -52,7 +66,7 @@ class Store:
     def put(self, body: Mapping[str, Any] | None) -> None:
         if not body or not (body.get("metadata") or {}).get("name"):
             return
-        obj = slim(body)
+        obj = self._keep(body)
         meta = obj["metadata"]
         key = (str(meta.get("namespace") or ""), str(meta["name"]))
         with self._lock:
@@ -97,6 +111,10 @@ class Store:
         with self._lock:
             names = self._groups.get((namespace, group), set())
             return [self._objects[(namespace, n)] for n in sorted(names)]
+
+    def in_namespace(self, namespace: str) -> list[Manifest]:
+        with self._lock:
+            return [obj for (ns, _), obj in sorted(self._objects.items()) if ns == namespace]
 
     def prune(self, namespace: str, group: str, listed: Iterable[Mapping[str, Any]], since: float) -> None:
         """`listed` is the group as a listing started at `since` (monotonic) saw it: what was put before
