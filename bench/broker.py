@@ -80,9 +80,11 @@ LOG_RECORD_LINE = re.compile(r"^(\d{4}-\d\d-\d\d |INFO:|ERROR:|WARNING:)")
 # ---------------------------------------------------------------------------------------------- cluster
 
 
-def enable_exec(cluster: Cluster, namespace: str, pod: str) -> None:
-    """Tell kwok to run this pod's execs as local processes (the local control plane only)."""
-    cluster.script.enable_exec(cluster.paths, namespace, pod)  # a kubectl failure raises with its message
+def enable_exec(cluster: Cluster, namespace: str, pod: str, served: bool = False) -> None:
+    """Tell kwok to run this pod's execs as local processes (the local control plane only); `served`: and
+    wait until kwok runs them (kwok reads Exec objects from one watch, in order: the last one served means
+    all are)."""
+    cluster.script.enable_exec(cluster.paths, namespace, pod, served=served)  # a kubectl failure raises
 
 
 def forget_exec_dirs(cluster: Cluster, namespace: str) -> None:
@@ -435,8 +437,9 @@ def set_up(run: Run) -> dict[str, str]:
     log(f"all {len(pods)} episodes Ready")
     if run.cluster.local:
         with stderr_to(run.workdir / "enable-exec.log"):  # each call logs finding the cached binaries
-            for pod in pods.values():
-                enable_exec(run.cluster, namespace, pod)
+            names = list(pods.values())
+            for index, pod in enumerate(names):
+                enable_exec(run.cluster, namespace, pod, served=index == len(names) - 1)
         log("kwok exec enabled for every episode pod")
     return pods
 

@@ -702,13 +702,19 @@ def _default_sa_exists(bins: dict[str, Path], paths: Paths) -> bool:
     return True
 
 
-def enable_exec(paths: Paths, namespace: str, pod: str, log_lines: tuple[str, ...] = ()) -> Path:
+def enable_exec(
+    paths: Paths, namespace: str, pod: str, log_lines: tuple[str, ...] = (), served: bool = False
+) -> Path:
     """Let `kubectl exec` and `kubectl logs` reach pod NAMESPACE/POD on a fake node; returns its directory.
 
     kwok runs each exec command as a local process (same OS user, same host, kwok's environment) in this
     pod's own directory, with HOME set to it; `log_lines` become its container log. kwok's workDir is a
     literal path (no per-pod templating), so each pod needs its own Exec object, keyed by its name: it
     may be created before the pod, and a pod without one gets no exec and no logs.
+
+    kwok learns of the Exec object from a watch, so an exec sent right after the apply may still find
+    none ("no exec found for container"). `served=True` (the pod must be running) returns only once kwok
+    has run a command in the pod, and raises with kwok's last answer if that takes over a minute.
     """
     workdir = paths.exec / namespace / pod
     workdir.mkdir(parents=True, exist_ok=True)
@@ -743,7 +749,21 @@ def enable_exec(paths: Paths, namespace: str, pod: str, log_lines: tuple[str, ..
         "-",
         stdin=json.dumps({"kind": "List", "apiVersion": "v1", "items": objects}),
     )
+    if served:
+        _wait_exec_served(paths, namespace, pod)
     return workdir
+
+
+def _wait_exec_served(paths: Paths, namespace: str, pod: str, timeout: float = 60) -> None:
+    deadline, answer = time.monotonic() + timeout, ""
+    while time.monotonic() < deadline:
+        try:
+            kubectl(binaries(), paths.kubeconfig, "exec", "-n", namespace, pod, "--", "true")
+            return
+        except RuntimeError as failed:
+            answer = str(failed)
+        time.sleep(0.2)
+    raise RuntimeError(f"kwok did not serve exec in {namespace}/{pod} within {timeout:.0f} s: {answer}")
 
 
 def status(paths: Paths) -> bool:

@@ -282,7 +282,8 @@ def sandbox(
     episodes.wait_ready(episode_id)
     if cluster.local:
         pod = (episodes.get(episode_id) or {})["status"]["podName"]
-        cluster_script.enable_exec(cluster_script.Paths(cluster_script.STATE_DIR), namespace, pod)  # type: ignore[attr-defined]
+        paths = cluster_script.Paths(cluster_script.STATE_DIR)  # type: ignore[attr-defined]
+        cluster_script.enable_exec(paths, namespace, pod, served=True)  # type: ignore[attr-defined]
     return episode_id
 
 

@@ -30,7 +30,8 @@ def test_the_client_creates_runs_transfers_and_closes_an_episode(
         eventually(lambda: broker_client.get_episode(episode.id).ready, timeout=20, what="Ready")
         if cluster.local:
             pod = (Episodes(api_client, namespace).get(episode.id) or {})["status"]["podName"]
-            cluster_script.enable_exec(cluster_script.Paths(cluster_script.STATE_DIR), namespace, pod)  # type: ignore[attr-defined]
+            paths = cluster_script.Paths(cluster_script.STATE_DIR)  # type: ignore[attr-defined]
+            cluster_script.enable_exec(paths, namespace, pod, served=True)  # type: ignore[attr-defined]
 
         echoed = broker_client.exec(episode.id, ["echo", "hello"])
         assert (echoed.exit_code, echoed.stdout, echoed.timed_out) == (0, "hello\n", False)

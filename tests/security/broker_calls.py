@@ -25,7 +25,7 @@ def ready_episode(http: httpx.Client, token: str, episodes: Episodes, *, kwok_ex
     episodes.wait_ready(episode_id)
     if kwok_exec:
         paths = cluster_script.Paths(cluster_script.STATE_DIR)  # type: ignore[attr-defined]
-        cluster_script.enable_exec(paths, episodes.namespace, f"{episode_id}-sandbox")  # type: ignore[attr-defined]
+        cluster_script.enable_exec(paths, episodes.namespace, f"{episode_id}-sandbox", served=True)  # type: ignore[attr-defined]
     return episode_id
 
 
