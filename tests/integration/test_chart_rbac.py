@@ -41,6 +41,7 @@ AUDIT_NAMESPACE = "gymsandbox-rbac-audit"
 AUDIT_PREFIXES = ("ra", "rb")  # namespaces of the child runs; no other operator watches them
 RBAC_TEMPLATE = CHART / "templates" / "rbac.yaml"
 CHILD_TIMEOUT = 600
+CHILD_HOST_WAIT_SECONDS = 20  # hosts reach their reason in seconds; without a rule, never
 
 
 @dataclass(frozen=True)
@@ -225,8 +226,12 @@ def child_pytest(nodeids: list[str], log: Path) -> subprocess.CompletedProcess[s
         "GYMSANDBOX_TEST_RELEASE_READY": "1",
         "GYMSANDBOX_TEST_SHARED_PREFIX": AUDIT_PREFIXES[0],
         "GYMSANDBOX_TEST_OWN_PREFIX": AUDIT_PREFIXES[1],
+        "GYMSANDBOX_TEST_HOST_WAIT_SECONDS": str(CHILD_HOST_WAIT_SECONDS),
     }
-    argv = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "--timeout=240", *nodeids]
+    argv = [
+        sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
+        "--timeout=240", "--durations=5", *nodeids,
+    ]  # fmt: skip
     result = subprocess.run(
         argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=CHILD_TIMEOUT, check=False
     )

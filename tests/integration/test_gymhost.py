@@ -13,7 +13,7 @@ from kubernetes.client.exceptions import ApiException
 
 from gymsandbox.client import GymHostFailedError, wait_ready
 from tests.cluster_fixtures import OPERATOR_NAMESPACE, RELEASE, Cluster, OperatorProcess, cluster_script
-from tests.integration.gymhosts import Hosts, apply, eventually, sample, set_path
+from tests.integration.gymhosts import Hosts, apply, eventually, host_wait_seconds, sample, set_path
 
 pytestmark = pytest.mark.integration
 
@@ -32,8 +32,9 @@ def test_sample_becomes_ready_and_kubectl_wait_returns(
 ) -> None:
     apply(cluster, namespace, *sample())
     waited = cluster.kubectl_run(
-        "wait", "-n", namespace, "--for=condition=Ready", f"gymhost/{NAME}", "--timeout=60s", check=False
-    )
+        "wait", "-n", namespace, "--for=condition=Ready", f"gymhost/{NAME}",
+        f"--timeout={host_wait_seconds(60)}s", check=False,
+    )  # fmt: skip
     assert waited.returncode == 0, waited.stderr
     assert wait_ready(NAME, namespace, timeout=10, api=api_client) == f"http://{SERVICE}.{namespace}.svc:8080"
 

@@ -10,7 +10,7 @@ import pytest
 from kubernetes import client
 from tests.cluster_fixtures import Cluster, OperatorProcess
 from tests.integration.episodes import Episodes, episode
-from tests.integration.gymhosts import Hosts, apply, eventually
+from tests.integration.gymhosts import Hosts, apply, eventually, host_wait_seconds
 from tests.node.conftest import SHELL_IMAGE, Volume, node_host, node_script
 from tests.scrape import scrape
 
@@ -21,7 +21,7 @@ def failed_host(
     cluster: Cluster, hosts: Hosts, namespace: str, reason: str, runtime: str = "crun", **spec: Any
 ) -> dict[str, Any]:
     apply(cluster, namespace, node_host("failing", runtime, **spec))
-    return hosts.wait_reason("failing", reason, timeout=120)["status"]
+    return hosts.wait_reason("failing", reason, timeout=host_wait_seconds(120))["status"]
 
 
 def test_crashing_host_reports_its_real_log_tail(
