@@ -755,10 +755,10 @@ def enable_exec(
 
 
 def _wait_exec_served(paths: Paths, namespace: str, pod: str, timeout: float = 60) -> None:
-    deadline, answer = time.monotonic() + timeout, ""
+    bins, deadline, answer = binaries(), time.monotonic() + timeout, ""
     while time.monotonic() < deadline:
         try:
-            kubectl(binaries(), paths.kubeconfig, "exec", "-n", namespace, pod, "--", "true")
+            kubectl(bins, paths.kubeconfig, "exec", "-n", namespace, pod, "--", "true")
             return
         except RuntimeError as failed:
             answer = str(failed)
