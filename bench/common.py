@@ -307,6 +307,15 @@ def peak_rss_mib(process: subprocess.Popen[bytes]) -> float | None:
     return int(match.group(1)) / 1024 if match else None
 
 
+def cpu_seconds(process: subprocess.Popen[bytes]) -> float | None:
+    """The CPU time (user and system) the process has used so far; None once it is gone."""
+    try:
+        fields = Path(f"/proc/{process.pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime: fields 14, 15
+
+
 def gymsandbox_cli() -> str:
     """The `gymsandbox` entry point next to this interpreter (the venv's)."""
     return str(Path(sys.executable).parent / "gymsandbox")

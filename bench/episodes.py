@@ -18,9 +18,10 @@ R episodes whose image the policy does not approve (refused, so counted as Polic
 
 Reported, never asserted: create-to-Ready latency p50/p90/p99 (nearest rank; an item's clock starts when
 its first create is sent), wall time (first create to last Ready), API writes per item (the operator's
-are counted from its request log and its kopf events during the episode phase; the baseline's are 3) and
-the operator's peak RSS (VmHWM), with ratios operator/baseline; then the operator's writes and reads in
---steady seconds with every episode Ready (none are needed). The last line is the same as JSON.
+are counted from its request log and its kopf events during the episode phase; the baseline's are 3), the
+operator's peak RSS (VmHWM) and its CPU time per episode (first create to last Ready), with ratios
+operator/baseline; then the operator's writes and reads in --steady seconds with every episode Ready (none
+are needed). The last line is the same as JSON.
 
 Uses the cluster KUBECONFIG names, else the local control plane (`hack/cluster.py up`, reused if it runs;
 never stopped here). Every wait is bounded; both namespaces are deleted at the end unless --keep.
@@ -448,7 +449,7 @@ def baseline_phase(run: Run, namespace: str) -> PhaseResult:
 
 
 def report(
-    n: int, hosts: int, op: PhaseResult, base: PhaseResult, rss: Mapping[str, float | None]
+    n: int, hosts: int, op: PhaseResult, base: PhaseResult, usage: Mapping[str, float | None]
 ) -> dict[str, Any]:
     rows: list[tuple[str, float | None, float | None]] = [
         (f"p{p} create-to-Ready (s)", op.percentile(p), base.percentile(p)) for p in (50, 90, 99)
@@ -462,8 +463,9 @@ def report(
         f"N = {n} over {hosts} host(s); Ready: operator {op.ready_count}/{n}, baseline {base.ready_count}/{n}"
     )
     common.print_ratio_table(COLUMNS, [(label, a, b, 3) for label, a, b in rows])
-    print(f"{'operator peak RSS, VmHWM (MiB)':<40} {common.fmt(rss.get('peak'), 1):>10}")
-    print(f"{'  peak by the last Ready (MiB)':<40} {common.fmt(rss.get('at_ready'), 1):>10}")
+    print(f"{'operator peak RSS, VmHWM (MiB)':<40} {common.fmt(usage.get('peak'), 1):>10}")
+    print(f"{'  peak by the last Ready (MiB)':<40} {common.fmt(usage.get('at_ready'), 1):>10}")
+    print(f"{'operator CPU per episode (ms)':<40} {common.fmt(usage.get('cpu_ms_per_episode'), 1):>10}")
     print(f"{'FIFO inversions (admittedAt, per host)':<40} {op.fifo_inversions:>10}")
     writes, reads = op.steady or (None, None)
     print(f"{'steady state: writes, reads (not watches)':<40} {writes!s:>10} {reads!s:>10}")
@@ -480,8 +482,9 @@ def report(
         "fifo_inversions": op.fifo_inversions,
         "steady_writes_reads": op.steady,
         "ready": {"operator": op.ready_count, "baseline": base.ready_count},
-        "operator_peak_rss_mib": rss.get("peak"),
-        "operator_rss_at_ready_mib": rss.get("at_ready"),
+        "operator_peak_rss_mib": usage.get("peak"),
+        "operator_rss_at_ready_mib": usage.get("at_ready"),
+        "operator_cpu_ms_per_episode": usage.get("cpu_ms_per_episode"),
         "operator_writes": dict(op.writes),
         "not_ready": {"operator": dict(op.not_ready()), "baseline": dict(base.not_ready())},
     }
@@ -499,7 +502,7 @@ def report(
 @dataclass
 class Run(common.BenchRun):
     namespaces: list[str] = field(default_factory=list)
-    rss: dict[str, float | None] = field(default_factory=dict)
+    usage: dict[str, float | None] = field(default_factory=dict)  # RSS and CPU
 
     def watch_client(self) -> client.ApiClient:
         """A connection pool of its own for a watching thread."""
@@ -513,7 +516,7 @@ class Run(common.BenchRun):
 
     def stop_operator(self) -> None:
         if self.operator is not None:
-            self.rss["peak"] = common.peak_rss_mib(self.operator.process)
+            self.usage["peak"] = common.peak_rss_mib(self.operator.process)
             self.operator.stop(grace=OPERATOR_STOP_GRACE)
             self.operator = None
 
@@ -544,8 +547,12 @@ def phase_one(run: Run) -> PhaseResult:
         for name in run.host_names
     ]
     log(f"{len(hosts)} GymHost(s) Ready; creating episodes")
+    cpu_before = common.cpu_seconds(run.operator.process)
     result = operator_phase(run, namespace, run.operator, hosts)
-    run.rss["at_ready"] = common.peak_rss_mib(run.operator.process)
+    run.usage["at_ready"] = common.peak_rss_mib(run.operator.process)
+    cpu_after = common.cpu_seconds(run.operator.process)
+    if cpu_before is not None and cpu_after is not None:
+        run.usage["cpu_ms_per_episode"] = (cpu_after - cpu_before) * 1000 / args.n
     if result.ready_count < args.n:
         problems = [
             line for line in run.operator.text().splitlines() if re.search(r"\[(WARNING|ERROR)", line)
@@ -612,7 +619,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"kept namespaces {run.namespaces}; "
                     "the GymHost keeps its finalizer until an operator runs"
                 )
-        report(args.n, args.hosts, operator_result, baseline_result, run.rss)
+        report(args.n, args.hosts, operator_result, baseline_result, run.usage)
     return 0
 
 

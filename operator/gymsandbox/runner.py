@@ -47,8 +47,21 @@ class DigestDiffBaseStorage(kopf.AnnotationsDiffBaseStorage):
     object could never be marked handled, and would be handled again on every event."""
 
     def build(self, *, body: kopf.Body, extra_fields: Iterable[Any] | None = None) -> kopf.BodyEssence:
-        essence = super().build(body=body, extra_fields=extra_fields)
+        extra = list(extra_fields or ())
+        essence = super().build(body=essential(body, extra), extra_fields=extra)
         return cast(kopf.BodyEssence, {key: {"sha256": digest(value)} for key, value in essence.items()})
+
+
+def essential(body: kopf.Body, extra_fields: list[Any]) -> kopf.Body:
+    """`body` without what kopf's essence drops anyway (status, and metadata but labels and annotations),
+    unless an extra field asks for it: kopf deep-copies the body it is given, on every event of every
+    object watched (thousands of episodes and pods, and their managedFields), before it drops those."""
+    asked = {(f.split(".") if isinstance(f, str) else list(f))[0] for f in extra_fields}
+    kept = {k: v for k, v in body.items() if k in asked or k not in ("status", "metadata")}
+    if "metadata" not in asked:
+        meta = body.get("metadata") or {}
+        kept["metadata"] = {k: meta[k] for k in ("labels", "annotations") if k in meta}
+    return kopf.Body(cast(kopf.RawBody, kept))
 
 
 def digest(value: Any) -> str:

@@ -7,8 +7,9 @@ import json
 from typing import Any
 
 import kopf
+import pytest
 
-from gymsandbox.runner import DigestDiffBaseStorage
+from gymsandbox.runner import DigestDiffBaseStorage, digest
 
 STORAGE = DigestDiffBaseStorage(prefix="gymsandbox.dev", key="last-handled-configuration")
 
@@ -34,3 +35,37 @@ def test_a_changed_spec_or_label_changes_its_digest_and_status_does_not() -> Non
         {"metadata": {"name": "h", "labels": {"a": "b"}}, "spec": {"image": "a"}, "status": {"y": 2}}
     )
     assert STORAGE.build(body=same) == base
+
+
+KOPF_STORAGE = kopf.AnnotationsDiffBaseStorage(prefix="gymsandbox.dev", key="last-handled-configuration")
+
+
+def digested(essence: Any) -> dict[str, Any]:
+    return {key: {"sha256": digest(value)} for key, value in essence.items()}
+
+
+@pytest.mark.parametrize("extra_fields", [None, ["status.phase"], [("metadata", "ownerReferences")]])
+def test_the_digests_are_those_of_kopfs_own_essence(extra_fields: list[Any] | None) -> None:
+    """What is left out before kopf copies the body (status, metadata but labels and annotations) is only
+    what kopf's essence drops, and an extra field still counts."""
+    live = kopf.Body(
+        {
+            "apiVersion": "gymsandbox.dev/v1alpha1",
+            "kind": "GymHost",
+            "metadata": {
+                "name": "h",
+                "uid": "u-1",
+                "resourceVersion": "7",
+                "labels": {"a": "b"},
+                "annotations": {"note": "x", "kubectl.kubernetes.io/last-applied-configuration": "{}"},
+                "ownerReferences": [{"kind": "X", "name": "o", "uid": "u-0"}],
+                "managedFields": [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}],
+            },
+            "spec": {"image": "a"},
+            "status": {"phase": "Ready", "episodes": {"active": 3}},
+        }
+    )
+    ours = STORAGE.build(body=live, extra_fields=extra_fields)
+    assert ours == digested(KOPF_STORAGE.build(body=live, extra_fields=extra_fields))
+    if extra_fields:
+        assert ours != STORAGE.build(body=live)

@@ -187,8 +187,10 @@ class OperatorContext:
     later: Later = field(default_factory=Later)
     # Episode uids seen by the watch whose event handler has not run yet (it reconciles them itself).
     arriving: set[str] = field(default_factory=set)
-    # Per episode uid: its last policy verdict, with the spec generation and host version it was made for.
+    # Per episode uid: its last policy verdict, with the spec generations (its own, its host's) it was made
+    # for; per host uid, the same for the host's own verdict.
     judgements: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    host_judgements: dict[str, tuple[Any, Any]] = field(default_factory=dict)
     # RuntimeClass names seen to exist, and when (a missing one is asked for again every time).
     runtime_classes: dict[str, float] = field(default_factory=dict)
 
@@ -227,8 +229,9 @@ class OperatorContext:
         cutoff = time.monotonic() - idle_seconds
         for key in [k for k, moment in self._last_run.items() if moment < cutoff]:
             self._last_run.pop(key, None)
-        for uid in [u for u in self.lingering if u not in self.locks]:
-            self.lingering.pop(uid, None)
+        for per_host in (self.lingering, self.host_judgements):
+            for uid in [u for u in per_host if u not in self.locks]:
+                per_host.pop(uid, None)
         for per_episode in (self.children, self.judgements, self.admissions):
             for uid in [u for u in per_episode if u not in self.locks]:
                 per_episode.pop(uid, None)
@@ -242,6 +245,7 @@ class OperatorContext:
     def forget_host(self, uid: str) -> None:
         """Drop what is kept per host once it is gone: the maps stay as large as the live hosts."""
         self.lingering.pop(uid, None)
+        self.host_judgements.pop(uid, None)
         self.plans.forget(uid)
         self.locks.forget(uid)
         self.locks.forget(f"episodes/{uid}")

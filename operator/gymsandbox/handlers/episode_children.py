@@ -29,7 +29,7 @@ from gymsandbox.handlers.episode_queue import (
     Judged,
     effective_ttl,
     host_episodes,
-    judge,
+    judged,
     pod_deadline_seconds,
 )
 from gymsandbox.handlers.gymhost import delete_pod, ensure_network_policy, ensure_pod
@@ -93,14 +93,14 @@ def _observe_episode(
     owner = Owner(KIND, meta["name"], meta["namespace"], meta["uid"])
     host_name = ((episode.get("spec") or {}).get("hostRef") or {}).get("name")
     host = current_host(ctx, owner.namespace, host_name) if isinstance(host_name, str) else None
-    judged: Judged = judge(ctx, episode, host)
+    verdict: Judged = judged(ctx, episode, host)
     admitted_at = parse_time(status.get("admittedAt"))
-    if judged.host is not None and judged.host_spec is not None:
-        adopt_by_host(ctx, episode, judged.host)
-    if judged.refusal and not (admitted_at and judged.refusal.reason == Reason.TTL_OVER_CAP):
+    if host is not None and verdict.host_spec is not None:
+        adopt_by_host(ctx, episode, host)
+    if verdict.refusal and not (admitted_at and verdict.refusal.reason == Reason.TTL_OVER_CAP):
         delete_pod(kube, owner, episode_pod_name(owner), seen=ctx.pods)
-        return EpisodeObservation(refusal=judged.refusal), EpisodeChildren()
-    spec, host_spec = judged.spec, judged.host_spec
+        return EpisodeObservation(refusal=verdict.refusal), EpisodeChildren()
+    spec, host_spec = verdict.spec, verdict.host_spec
     assert spec is not None
     assert host_spec is not None
     if admitted_at is None:
@@ -157,8 +157,8 @@ def _observe_episode(
         missing = f"RuntimeClass {profile.runtime_class_name} does not exist; no pod is created"
         return EpisodeObservation(admitted=True, runtime_class_missing=missing), children
     deadline = pod_deadline_seconds(admitted_at, host_spec, ctx, moment)
-    assert judged.host is not None
-    runs_for = EpisodeHost(judged.host["metadata"]["uid"], host_spec)
+    assert host is not None
+    runs_for = EpisodeHost(host["metadata"]["uid"], host_spec)
     desired = episode_pod(owner, spec, runs_for, profile, deadline)
     pod = ensure_pod(kube, owner, desired, seen=ctx.pods, fresh=fresh)
     return EpisodeObservation(

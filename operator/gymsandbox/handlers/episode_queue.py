@@ -46,10 +46,9 @@ STILL_SECONDS = 5.0
 
 @dataclass(frozen=True)
 class Judged:
-    """An episode's spec, its host, and whether policy admits it (before concurrency)."""
+    """An episode's spec, its host's spec, and whether policy admits it (before concurrency)."""
 
     spec: EpisodeSandboxSpec | None
-    host: Manifest | None
     host_spec: GymHostSpec | None
     refusal: Refusal | None
 
@@ -58,37 +57,54 @@ def judge(ctx: OperatorContext, episode: Mapping[str, Any], host: Manifest | Non
     try:
         spec = EpisodeSandboxSpec.model_validate(episode.get("spec") or {})
     except ValidationError as e:
-        return Judged(None, host, None, Refusal(Reason.INVALID_SPEC, validation_message(e)))
+        return Judged(None, None, Refusal(Reason.INVALID_SPEC, validation_message(e)))
     host_name = spec.host_ref.name
     if host is None or host["metadata"].get("deletionTimestamp"):
         why = "does not exist" if host is None else "is being deleted"
-        return Judged(spec, host, None, Refusal(Reason.HOST_NOT_FOUND, f"GymHost {host_name} {why}"))
-    try:
-        host_spec = GymHostSpec.model_validate(host.get("spec") or {})
-    except ValidationError:
-        return Judged(
-            spec, host, None, Refusal(Reason.HOST_NOT_READY, f"GymHost {host_name} has an invalid spec")
-        )
-    host_refusal = admit_gymhost(host_spec, ctx.policy)
+        return Judged(spec, None, Refusal(Reason.HOST_NOT_FOUND, f"GymHost {host_name} {why}"))
+    host_spec, host_refusal = judged_host(ctx, host)
+    if host_spec is None:
+        return Judged(spec, None, Refusal(Reason.HOST_NOT_READY, f"GymHost {host_name} has an invalid spec"))
     if host_refusal:
         return Judged(
             spec,
-            host,
             host_spec,
             Refusal(Reason.HOST_NOT_READY, f"GymHost {host_name} is refused: {host_refusal.message}"),
         )
-    return Judged(spec, host, host_spec, admit_episode(EpisodeRequest(spec, host_spec, ctx.policy)))
+    return Judged(spec, host_spec, admit_episode(EpisodeRequest(spec, host_spec, ctx.policy)))
 
 
-def judged(ctx: OperatorContext, episode: Mapping[str, Any], host: Manifest) -> Judged:
-    """`judge`, once per spec generation and host version (a burst re-plans every episode per create)."""
-    meta = episode["metadata"]
-    key = (meta.get("generation"), host["metadata"].get("resourceVersion"), host["metadata"].get("uid"))
+def judged(ctx: OperatorContext, episode: Mapping[str, Any], host: Manifest | None) -> Judged:
+    """`judge`, once per episode spec and host spec (their generations): a burst plans every episode of a
+    host on each create and reconciles each on every event, and the host's status (its counts) changes
+    every second without changing a verdict."""
+    meta, host_meta = episode["metadata"], (host or {}).get("metadata") or {}
+    key = (
+        meta.get("generation"),
+        host_meta.get("uid"),
+        host_meta.get("generation"),
+        bool(host_meta.get("deletionTimestamp")),
+    )
     cached = ctx.judgements.get(meta["uid"])
     if cached is not None and cached[0] == key:
         return cast(Judged, cached[1])
     verdict = judge(ctx, episode, host)
     ctx.judgements[meta["uid"]] = (key, verdict)
+    return verdict
+
+
+def judged_host(ctx: OperatorContext, host: Manifest) -> tuple[GymHostSpec | None, Refusal | None]:
+    """The host's spec (None: invalid) and policy's refusal of it, once per spec generation."""
+    meta = host["metadata"]
+    cached = ctx.host_judgements.get(meta["uid"])
+    if cached is not None and cached[0] == meta.get("generation"):
+        return cast(tuple[GymHostSpec | None, Refusal | None], cached[1])
+    try:
+        host_spec = GymHostSpec.model_validate(host.get("spec") or {})
+        verdict: tuple[GymHostSpec | None, Refusal | None] = (host_spec, admit_gymhost(host_spec, ctx.policy))
+    except ValidationError:
+        verdict = (None, None)
+    ctx.host_judgements[meta["uid"]] = (meta.get("generation"), verdict)
     return verdict
 
 
