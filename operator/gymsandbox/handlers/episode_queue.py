@@ -164,6 +164,25 @@ def slot(ctx: OperatorContext, episode: Mapping[str, Any], verdict: Judged) -> E
     )
 
 
+def planned_slot(ctx: OperatorContext, episode: Mapping[str, Any], host: Manifest) -> tuple[EpisodeSlot, str]:
+    """The episode's slot and phase (metrics.episode_phase) as the planner sees them, kept per version of the
+    episode, decision not yet written and host spec: a burst plans every episode of a host on each create."""
+    meta, host_meta = episode["metadata"], host["metadata"]
+    key = (
+        meta.get("resourceVersion"),
+        ctx.admissions.get(meta["uid"]),
+        host_meta.get("uid"),
+        host_meta.get("generation"),
+        bool(host_meta.get("deletionTimestamp")),
+    )
+    cached = ctx.slots.get(meta["uid"])
+    if cached is not None and cached[0] == key:
+        return cast(tuple[EpisodeSlot, str], cached[1])
+    value = (slot(ctx, episode, judged(ctx, episode, host)), episode_phase(episode))
+    ctx.slots[meta["uid"]] = (key, value)
+    return value
+
+
 def host_episodes(ctx: OperatorContext, host: Manifest, *, relist: bool) -> list[Manifest]:
     """The host's episodes from the store; with `relist`, checked against a listing first (a deletion the
     watch missed must not hold a slot forever)."""
@@ -204,7 +223,8 @@ def sync_host_episodes(
             return []  # a run begun after this request has planned from what the request saw
         covers = ctx.plans.begin(uid)
         by_name = {e["metadata"]["name"]: e for e in host_episodes(ctx, host, relist=relist)}
-        slots = {name: slot(ctx, e, judged(ctx, e, host)) for name, e in by_name.items()}
+        seen = {name: planned_slot(ctx, e, host) for name, e in by_name.items()}
+        slots = {name: p[0] for name, p in seen.items()}
         open_labels = {label_value(name) for name, s in slots.items() if not s.closing}
         if sweep or len(open_labels) < len(slots) or ctx.lingering.get(uid):
             ctx.lingering[uid] = end_lingering_sandboxes(kube, namespace, meta["name"], open_labels)
@@ -251,7 +271,7 @@ def sync_host_episodes(
                 write_status(ctx, namespace, name, {"expiresAt": timestamp(expires_at)})
                 touched.append(name)
         METRICS.episodes.set(
-            uid, namespace, Tally(episode_phase(e) for name, e in by_name.items() if name not in plan.expired)
+            uid, namespace, Tally(p[1] for name, p in seen.items() if name not in plan.expired)
         )
         counts = {"active": plan.active, "queued": plan.queued}
         known = newest(host, ctx.hosts.get(namespace, meta["name"]))  # this process's own write included
