@@ -225,8 +225,8 @@ def sync_host_episodes(
         by_name = {e["metadata"]["name"]: e for e in host_episodes(ctx, host, relist=relist)}
         seen = {name: planned_slot(ctx, e, host) for name, e in by_name.items()}
         slots = {name: p[0] for name, p in seen.items()}
-        open_labels = {label_value(name) for name, s in slots.items() if not s.closing}
-        if sweep or len(open_labels) < len(slots) or ctx.lingering.get(uid):
+        if sweep or ctx.lingering.get(uid) or any(s.closing for s in slots.values()):
+            open_labels = {label_value(name) for name, s in slots.items() if not s.closing}
             ctx.lingering[uid] = end_lingering_sandboxes(kube, namespace, meta["name"], open_labels)
         plan = plan_queue(
             list(slots.values()),
