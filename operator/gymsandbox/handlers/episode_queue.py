@@ -99,11 +99,13 @@ def judged_host(ctx: OperatorContext, host: Manifest) -> tuple[GymHostSpec | Non
     cached = ctx.host_judgements.get(meta["uid"])
     if cached is not None and cached[0] == meta.get("generation"):
         return cast(tuple[GymHostSpec | None, Refusal | None], cached[1])
+    verdict: tuple[GymHostSpec | None, Refusal | None] = (None, None)
     try:
         host_spec = GymHostSpec.model_validate(host.get("spec") or {})
-        verdict: tuple[GymHostSpec | None, Refusal | None] = (host_spec, admit_gymhost(host_spec, ctx.policy))
     except ValidationError:
-        verdict = (None, None)
+        pass
+    else:
+        verdict = (host_spec, admit_gymhost(host_spec, ctx.policy))
     ctx.host_judgements[meta["uid"]] = (meta.get("generation"), verdict)
     return verdict
 
