@@ -271,6 +271,12 @@ def up(cluster_paths: cluster.Paths) -> bool:
     paths = NodePaths(cluster_paths.root / "node")
     if paths.state.exists():
         down(cluster_paths)
+    if Path(f"/sys/class/net/{BRIDGE}").exists():
+        raise RuntimeError(
+            f"this machine already runs a real node (its bridge {BRIDGE} exists), most likely another "
+            "checkout's local cluster; bring that one down (hack/cluster.py down in its directory), or set "
+            "GYMSANDBOX_REAL_NODE=0 to carry on with kwok nodes only"
+        )
     ensure_packages()
     bins = node_binaries()
     images = node_images(bins["coredns"] / "coredns", *NODE_IMAGES)

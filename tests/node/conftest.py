@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,8 @@ SHELL_IMAGE = node_script.SHELL_IMAGE
 REAL_NODE_SELECTOR = f"{node_script.REAL_NODE_LABEL}=true"
 ENVIRONMENT = "environments/env-1"
 HEALTH_BODY = "ok from the environment\n"
+# How long a real node that is there but not Ready (its kubelet not heard from for a while) is waited for.
+NODE_READY_SECONDS = 120
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -40,9 +43,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session")
 def real_node(cluster: Cluster, core: client.CoreV1Api) -> str:
-    """The name of a Ready real node; skips the tier only where the machine cannot have one."""
-    nodes = core.list_node(label_selector=REAL_NODE_SELECTOR).items
-    ready = [n.metadata.name for n in nodes if _is_ready(n)]
+    """The name of a Ready real node; skips the tier only where the machine cannot have one. A node that is
+    there but not Ready is waited for a while: a fault just before (the chaos tier's API-server stall) leaves
+    it NotReady until its kubelet reports again."""
+    ready = _ready_real_nodes(core)
     if ready:
         return ready[0]
     why = node_script.missing_capability() if cluster.local else "KUBECONFIG's cluster has no real node"
@@ -50,7 +54,23 @@ def real_node(cluster: Cluster, core: client.CoreV1Api) -> str:
         why = "GYMSANDBOX_REAL_NODE=0"
     if why:
         pytest.skip(f"no real node: {why}")
-    pytest.fail(f"this machine can run the real node, but no node labelled {REAL_NODE_SELECTOR} is Ready")
+    deadline = time.monotonic() + NODE_READY_SECONDS
+    while time.monotonic() < deadline:
+        time.sleep(2)
+        if ready := _ready_real_nodes(core):
+            return ready[0]
+    conditions = {
+        n.metadata.name: [(c.type, c.status, c.reason) for c in n.status.conditions or []]
+        for n in core.list_node(label_selector=REAL_NODE_SELECTOR).items
+    }
+    pytest.fail(
+        f"this machine can run the real node, but no node labelled {REAL_NODE_SELECTOR} became Ready "
+        f"within {NODE_READY_SECONDS} s; the nodes' conditions: {conditions}"
+    )
+
+
+def _ready_real_nodes(core: client.CoreV1Api) -> list[str]:
+    return [n.metadata.name for n in core.list_node(label_selector=REAL_NODE_SELECTOR).items if _is_ready(n)]
 
 
 def module_namespace(
