@@ -250,12 +250,18 @@ class Child:
             (Path(METRICS_TARGETS) / f"{name}-{process.pid}.json").write_text(json.dumps(entry))
         return cls(name, process, log_path, f"http://{target}/metrics")
 
-    def save_metrics(self) -> None:
-        """Its /metrics as they are now, into NAME-PID.metrics.txt."""
+    def scrape(self) -> str | None:
+        """Its /metrics now; None (logged) when it does not answer."""
         try:
-            text = httpx.get(self.metrics_url, timeout=5).text
+            return httpx.get(self.metrics_url, timeout=5).text
         except httpx.HTTPError as e:
             log(f"could not scrape the {self.name}: {e}")
+            return None
+
+    def save_metrics(self) -> None:
+        """Its /metrics as they are now, into NAME-PID.metrics.txt."""
+        text = self.scrape()
+        if text is None:
             return
         directory = Path(METRICS_TARGETS).parent if METRICS_TARGETS else self.log_path.parent
         (directory / f"{self.name}-{self.process.pid}.metrics.txt").write_text(text)
@@ -321,13 +327,16 @@ def gymsandbox_cli() -> str:
     return str(Path(sys.executable).parent / "gymsandbox")
 
 
-def start_operator(kubeconfig: Path, policy: Path, namespace: str, workdir: Path) -> Child:
-    """`gymsandbox operator` for one namespace, logging to WORKDIR/operator.log; returns once it watches."""
+def start_operator(
+    kubeconfig: Path, policy: Path, namespace: str, workdir: Path, *, verbose: bool = False
+) -> Child:
+    """`gymsandbox operator` for one namespace as deployed (quiet log), logging to WORKDIR/operator.log;
+    returns once it has loaded its policy and signing key and is about to watch (a GymHost turning Ready then
+    shows its watches run). `verbose`: kopf's and the client's debug lines too, at a cost in CPU."""
     argv = [gymsandbox_cli(), "operator", "--policy", str(policy), "--namespace", namespace]
-    argv += ["--operator-namespace", OPERATOR_NAMESPACE, "--verbose"]  # it logs the watch-streams starting
+    argv += ["--operator-namespace", OPERATOR_NAMESPACE] + (["--verbose"] if verbose else [])
     operator = Child.launch("operator", argv, kubeconfig, workdir / "operator.log")
-    wanted = ("Starting the watch-stream for gymhosts", f"Starting the watch-stream for {PLURAL}")
-    operator.wait_for(lambda: all(w in operator.text() for w in wanted), timeout=60)
+    operator.wait_for(lambda: "gymsandbox operator starting" in operator.text(), timeout=60)
     return operator
 
 

@@ -4,7 +4,7 @@
     python bench/episodes.py [-n 200] [--hosts H] [--keep] [--slots K --ttl S]
 
 Operator phase: a fresh namespace `bench-XXXXXX` with the sample PVC and H GymHosts (episodes.maxConcurrent
-= N/H each, so nothing queues) and its own `gymsandbox operator --namespace bench-XXXXXX --verbose`. N
+= N/H each, so nothing queues) and its own `gymsandbox operator --namespace bench-XXXXXX`, as deployed. N
 episodes are created back to back by one client, round-robin over the hosts, each with its host as
 controller as the broker makes them; a watch records when each one's Ready condition turns True.
 Baseline phase: in `bench-base-XXXXXX`, the same N items made by a plain client, each a Secret, a
@@ -18,7 +18,8 @@ R episodes whose image the policy does not approve (refused, so counted as Polic
 
 Reported, never asserted: create-to-Ready latency p50/p90/p99 (nearest rank; an item's clock starts when
 its first create is sent), wall time (first create to last Ready), API writes per item (the operator's
-are counted from its request log and its kopf events during the episode phase; the baseline's are 3), the
+are counted by its own request metrics, plus the events kopf posts, during the episode phase; kopf's own
+patches, none in that phase, show only in a --verbose-operator log; the baseline's are 3), the
 operator's peak RSS (VmHWM) and its CPU time per episode (first create to last Ready), with ratios
 operator/baseline; then the operator's writes and reads in --steady seconds with every episode Ready (none
 are needed). The last line is the same as JSON.
@@ -47,6 +48,7 @@ from typing import Any
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 from kubernetes.utils import parse_quantity
+from prometheus_client.parser import text_string_to_metric_families
 
 import common
 from common import BENCH_LABEL, GROUP, IMAGE, OPERATOR_NAMESPACE, PLURAL, VERSION, Child, log, plain
@@ -59,8 +61,16 @@ RUN_AS = 65532
 UNAPPROVED_IMAGE = "docker.io/not-approved/miner:1"  # examples/policy.yaml approves no docker.io image
 MIB = 1024 * 1024
 
-WRITE_LINE = re.compile(r'"(POST|PUT|PATCH|DELETE) (\S+) HTTP/1\.1" (\d{3})')
-READ_LINE = re.compile(r'"GET (\S+) HTTP/1\.1" (\d{3})')
+# The operator's request counter (gymsandbox/metrics.py), and its verbs as the HTTP methods they are.
+REQUESTS_METRIC = "gymsandbox_api_requests"
+WRITE_VERBS = {
+    "create": "POST",
+    "update": "PUT",
+    "patch": "PATCH",
+    "delete": "DELETE",
+    "deletecollection": "DELETE",
+}
+READ_VERBS = ("get", "list")
 KOPF_PATCH_LINE = re.compile(r"(?:Merge|JSON)-patching the (resource|status) with")
 COLUMNS = ("operator", "baseline")
 OPERATOR_STOP_GRACE = 20.0  # seconds from SIGTERM to SIGKILL
@@ -242,29 +252,33 @@ class PhaseResult:
 # ---------------------------------------------------------------------------------------------- operator
 
 
-def resource_of(path: str) -> str:
-    """`/api/v1/namespaces/ns/pods/x/status?...` -> `pods/status`; `/apis/g/v/things` -> `things`."""
-    parts = path.split("?", 1)[0].strip("/").split("/")
-    rest = (
-        parts[parts.index("namespaces") + 2 :]
-        if "namespaces" in parts[:-1]
-        else parts[2 + (parts[0] == "apis") :]
-    )
-    if not rest:
-        return "namespaces"
-    return f"{rest[0]}/{rest[2]}" if len(rest) >= 3 else rest[0]
+def operator_requests(operator: Child) -> Counter[tuple[str, str]]:
+    """The operator's own API requests so far (watches aside), by verb and resource, from its metrics."""
+    counts: Counter[tuple[str, str]] = Counter()
+    for family in text_string_to_metric_families(operator.scrape() or ""):
+        for sample in family.samples:
+            if sample.name == f"{REQUESTS_METRIC}_total":
+                counts[(sample.labels["verb"], sample.labels["resource"])] += int(sample.value)
+    return counts
 
 
-def count_writes(log_text: str) -> Counter[str]:
-    """The operator's writes in a stretch of its --verbose log: kubernetes-client requests (urllib3 logs
-    each one) and kopf's own patches (kopf logs each one; its other requests go unlogged)."""
+def writes_between(before: Counter[tuple[str, str]], after: Counter[tuple[str, str]]) -> Counter[str]:
+    """Write requests made between two counts, keyed `METHOD resource` as the baseline's are."""
     writes: Counter[str] = Counter()
-    for line in log_text.splitlines():
-        if match := WRITE_LINE.search(line):
-            writes[f"{match.group(1)} {resource_of(match.group(2))}"] += 1
-        elif match := KOPF_PATCH_LINE.search(line):
-            writes[f"PATCH ({match.group(1)}, by kopf)"] += 1
+    for (verb, resource), count in (after - before).items():
+        if verb in WRITE_VERBS:
+            collection = " (collection)" if verb == "deletecollection" else ""
+            writes[f"{WRITE_VERBS[verb]} {resource}{collection}"] += count
     return writes
+
+
+def reads_between(before: Counter[tuple[str, str]], after: Counter[tuple[str, str]]) -> int:
+    return sum(count for (verb, _), count in (after - before).items() if verb in READ_VERBS)
+
+
+def kopf_patches(log_text: str) -> Counter[str]:
+    """kopf's own patches in a stretch of a --verbose log (its requests are not in the operator's metrics)."""
+    return Counter(f"PATCH ({m.group(1)}, by kopf)" for m in KOPF_PATCH_LINE.finditer(log_text))
 
 
 def kopf_events(core: client.CoreV1Api, namespace: str) -> set[str]:
@@ -322,7 +336,7 @@ def operator_phase(run: Run, namespace: str, operator: Child, hosts: list[dict[s
     names = [f"ep-{i:04d}" for i in range(n)]
     sent: dict[str, float] = {}
     events_before = kopf_events(core, namespace)
-    start_offset = operator.log_offset()
+    requests_before, start_offset = operator_requests(operator), operator.log_offset()
     for i, name in enumerate(names):
         sent[name] = time.monotonic()
         body = episode(name, hosts[i % len(hosts)], run.args.ttl)
@@ -333,18 +347,20 @@ def operator_phase(run: Run, namespace: str, operator: Child, hosts: list[dict[s
     created = time.monotonic() - min(sent.values())
     log(f"created {n} episodes in {created:.1f} s; waiting for Ready")
     wait_all_ready(watcher, names, run.args.stall)
-    time.sleep(2)  # the writes that trail the last Ready (kopf's bookkeeping patch, events)
-    end_offset = operator.log_offset()
+    time.sleep(2)  # the writes that trail the last Ready (a host's counts, events)
+    requests_ready, end_offset = operator_requests(operator), operator.log_offset()
     time.sleep(run.args.steady)  # every episode Ready and nothing asked: what does the operator still do?
-    steady = operator.text(end_offset, operator.log_offset())
+    requests_steady = operator_requests(operator)
     watcher.finish()
-    writes = count_writes(operator.text(start_offset, end_offset))
+    writes = writes_between(requests_before, requests_ready)
+    writes += kopf_patches(operator.text(start_offset, end_offset))  # only a --verbose-operator log has them
     events = len(kopf_events(core, namespace) - events_before)
     if events:
         writes["POST events (kopf)"] += events
     result = PhaseResult(sent, dict(watcher.ready), dict(watcher.reasons), writes, created)
     result.fifo_inversions = fifo_inversions(names, len(hosts), watcher.admitted)
-    result.steady = (sum(count_writes(steady).values()), len(READ_LINE.findall(steady)))
+    steady_writes = writes_between(requests_ready, requests_steady)
+    result.steady = (sum(steady_writes.values()), reads_between(requests_ready, requests_steady))
     return result
 
 
@@ -541,7 +557,9 @@ def phase_one(run: Run) -> PhaseResult:
     log(f"operator phase in namespace {namespace}")
     per_host = math.ceil(args.n / args.hosts)
     policy = common.write_policy(run.workdir, per_host)
-    run.operator = common.start_operator(run.cluster.kubeconfig, policy, namespace, run.workdir)
+    run.operator = common.start_operator(
+        run.cluster.kubeconfig, policy, namespace, run.workdir, verbose=args.verbose_operator
+    )
     hosts = [
         common.create_host(run.api, namespace, args.slots or per_host, timeout=120, name=name)
         for name in run.host_names
@@ -589,6 +607,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--slots", type=int, help="the host's maxConcurrent (default n): fewer make a queue (needs --ttl)"
     )
     parser.add_argument("--ttl", type=int, help="each episode expires this many seconds after admission")
+    parser.add_argument(
+        "--verbose-operator",
+        action="store_true",
+        help="run the operator with --verbose (its log then also shows kopf's own patches; costs CPU)",
+    )
     parser.add_argument(
         "--refused", type=int, default=0, help="also this many episodes the policy refuses (untimed)"
     )
