@@ -25,6 +25,9 @@ from gymsandbox.policy.cluster import ClusterPolicy, load_policy
 # Handlers block on API calls; more threads than asyncio's default (CPUs + 4) keep episodes moving. Each may
 # hold an API connection: a smaller pool would discard (and log) a connection after nearly every burst.
 WORKERS = 32
+# The kinds with kopf handlers that compare an object with its last-handled state (handlers/gymhost.py's
+# on.create/update/resume/delete and both kinds' timers on GymHosts); the rest have event and index handlers.
+CHANGE_HANDLED_KINDS = frozenset({"GymHost"})
 
 
 def api_client(connections: int = WORKERS) -> client.ApiClient:
@@ -44,9 +47,19 @@ class DigestDiffBaseStorage(kopf.AnnotationsDiffBaseStorage):
 
     The handlers only need to know that the spec changed (on.update(field="spec")), never how, and a copy of
     a spec in an annotation fails for any spec over the API server's 256 KiB limit on annotations: such an
-    object could never be marked handled, and would be handled again on every event."""
+    object could never be marked handled, and would be handled again on every event.
+
+    kopf builds an essence on every event of every object it watches, whether or not a handler compares it.
+    `kinds`, when given, names the only kinds whose handlers do (on.create/update/resume/delete, timers); any
+    other kind's essence is empty: for episodes and sandbox pods, the busiest watches, it went unread."""
+
+    def __init__(self, *, kinds: Iterable[str] | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.kinds = None if kinds is None else frozenset(kinds)
 
     def build(self, *, body: kopf.Body, extra_fields: Iterable[Any] | None = None) -> kopf.BodyEssence:
+        if self.kinds is not None and body.get("kind") not in self.kinds:
+            return cast(kopf.BodyEssence, {})
         extra = list(extra_fields or ())
         essence = super().build(body=essential(body, extra), extra_fields=extra)
         return cast(kopf.BodyEssence, {key: {"sha256": digest(value)} for key, value in essence.items()})
@@ -75,7 +88,7 @@ def operator_settings() -> kopf.OperatorSettings:
     # is structural and owned by the models).
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     settings.persistence.diffbase_storage = DigestDiffBaseStorage(
-        prefix=GROUP, key="last-handled-configuration"
+        prefix=GROUP, key="last-handled-configuration", kinds=CHANGE_HANDLED_KINDS
     )
     # Handlers post events on purpose (refusals, failures, Ready); routine handler logs stay logs.
     settings.posting.level = logging.WARNING

@@ -9,7 +9,8 @@ from typing import Any
 import kopf
 import pytest
 
-from gymsandbox.runner import DigestDiffBaseStorage, digest
+from gymsandbox.handlers.common import RESOURCES as PLURALS
+from gymsandbox.runner import CHANGE_HANDLED_KINDS, DigestDiffBaseStorage, digest
 
 STORAGE = DigestDiffBaseStorage(prefix="gymsandbox.dev", key="last-handled-configuration")
 
@@ -69,3 +70,22 @@ def test_the_digests_are_those_of_kopfs_own_essence(extra_fields: list[Any] | No
     assert ours == digested(KOPF_STORAGE.build(body=live, extra_fields=extra_fields))
     if extra_fields:
         assert ours != STORAGE.build(body=live)
+
+
+def test_only_the_kinds_named_get_an_essence() -> None:
+    storage = DigestDiffBaseStorage(
+        prefix="gymsandbox.dev", key="last-handled-configuration", kinds={"GymHost"}
+    )
+    host = kopf.Body({"kind": "GymHost", "metadata": {"name": "h"}, "spec": {"image": "a"}})
+    pod = kopf.Body({"kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": []}})
+    assert storage.build(body=host) == STORAGE.build(body=host)
+    assert storage.build(body=pod) == {}
+
+
+def test_every_handler_that_compares_essences_is_on_a_kind_that_gets_one() -> None:
+    """A timer or on.update handler on another kind would see no change ever (its essence is empty).
+    Importing gymsandbox.runner registered the handlers."""
+    registry = kopf.get_default_registry()
+    handlers = [*registry._changing.get_all_handlers(), *registry._spawning.get_all_handlers()]
+    plurals = {h.selector.any_name or h.selector.plural for h in handlers if h.selector is not None}
+    assert plurals == {PLURALS[kind] for kind in CHANGE_HANDLED_KINDS}
