@@ -15,24 +15,22 @@ from kubernetes import client, config
 
 import gymsandbox.handlers  # noqa: F401 - importing registers the handlers with kopf
 from gymsandbox.api.names import FINALIZER, GROUP
-from gymsandbox.handlers.context import OperatorContext
+from gymsandbox.handlers.context import WORKERS, OperatorContext
 from gymsandbox.handlers.kube import Kube
 from gymsandbox.handlers.leases import ensure_signing_key
 from gymsandbox.logs import quiet_kopf
 from gymsandbox.metrics import METRICS, count_watch_restarts, serve_metrics
 from gymsandbox.policy.cluster import ClusterPolicy, load_policy
 
-# Handlers block on API calls; more threads than asyncio's default (CPUs + 4) keep episodes moving. Each may
-# hold an API connection: a smaller pool would discard (and log) a connection after nearly every burst.
-WORKERS = 32
 # The kinds with kopf handlers that compare an object with its last-handled state (handlers/gymhost.py's
 # on.create/update/resume/delete and both kinds' timers on GymHosts); the rest have event and index handlers.
 CHANGE_HANDLED_KINDS = frozenset({"GymHost"})
 
 
-def api_client(connections: int = WORKERS) -> client.ApiClient:
+def api_client(connections: int = 2 * WORKERS) -> client.ApiClient:
     """In a pod, its service account; elsewhere, KUBECONFIG or ~/.kube/config. One pooled connection per
-    thread that uses it (the operator's handler threads by default)."""
+    thread that uses it (by default the operator's handler threads and their helpers: a smaller pool would
+    discard, and log, a connection after nearly every burst)."""
     configuration = client.Configuration()
     if os.environ.get("KUBERNETES_SERVICE_HOST"):
         config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]

@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from kubernetes import client
+from kubernetes import client, watch
 
 from tests.cluster_fixtures import Cluster, OperatorProcess
 from tests.integration.episodes import Episodes, episode
@@ -211,6 +211,45 @@ def test_episode_children_are_restricted_and_owned(
     cidrs = [block.ip_block.cidr for rule in policy.spec.egress for block in rule.to if block.ip_block]
     assert cidrs == ["203.0.113.7/32"]
     assert tidy["metadata"]["ownerReferences"][0]["kind"] == "GymHost"
+
+
+def test_every_episodes_secret_and_network_policy_are_created_before_its_pod(
+    cluster: Cluster,
+    operator: OperatorProcess,
+    namespace: str,
+    hosts: Hosts,
+    episodes: Episodes,
+    core: client.CoreV1Api,
+) -> None:
+    """The two are made at once (neither needs the other), the pod only once both exist. A pod's creation
+    revision is its ADDED event's resourceVersion; the Secret and NetworkPolicy are never changed after their
+    creation, so theirs is the one they have (etcd revisions: opaque by API contract, ordered in a test)."""
+    ready_host(cluster, namespace, hosts, spec__episodes__maxConcurrent=8)
+    start = core.list_namespaced_pod(namespace).metadata.resource_version
+    names = [f"ordered-{i}" for i in range(8)]
+    for name in names:
+        episodes.create(episode(name))
+    for name in names:
+        episodes.wait_ready(name, timeout=60)
+    pods_added: dict[str, int] = {}  # the watch replays every event since `start`
+    replay = watch.Watch()
+    for event in replay.stream(
+        core.list_namespaced_pod, namespace, resource_version=start, timeout_seconds=10
+    ):
+        if event["type"] == "ADDED":
+            pods_added.setdefault(
+                event["object"].metadata.name, int(event["object"].metadata.resource_version)
+            )
+        if all(f"{n}-sandbox" in pods_added for n in names):
+            replay.stop()
+    networking = client.NetworkingV1Api(core.api_client)
+    for name in names:
+        status = (episodes.get(name) or {})["status"]
+        secret = core.read_namespaced_secret(status["leaseSecretName"], namespace)
+        policy = networking.read_namespaced_network_policy(f"{name}-egress", namespace)
+        pod_created = pods_added[status["podName"]]
+        assert int(secret.metadata.resource_version) < pod_created, name
+        assert int(policy.metadata.resource_version) < pod_created, name
 
 
 def test_episode_without_egress_gets_no_egress_at_all(

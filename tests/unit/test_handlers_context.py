@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextvars
+import threading
 import time
 from typing import cast
 
@@ -95,3 +97,17 @@ def test_a_lock_is_busy_while_held_and_once_asked_for_after_the_moment() -> None
     with locks("u"):
         pass
     assert locks.busy_since("u", moment)
+
+
+def test_alongside_runs_on_another_thread_in_the_callers_context_and_hands_back_its_error() -> None:
+    ctx = context()
+    where = contextvars.ContextVar("where", default="nowhere")
+    where.set("the handler")
+    ran = ctx.alongside(lambda: (threading.current_thread() is not threading.main_thread(), where.get()))
+    assert ran.result(timeout=5) == (True, "the handler")
+
+    def conflict() -> None:
+        raise ValueError("taken")
+
+    with pytest.raises(ValueError, match="taken"):
+        ctx.alongside(conflict).result(timeout=5)

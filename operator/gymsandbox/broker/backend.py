@@ -14,7 +14,7 @@ from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from kubernetes.stream import stream
+from kubernetes.stream import ws_client
 from kubernetes.stream.ws_client import ERROR_CHANNEL, STDIN_CHANNEL
 from websocket import WebSocketException
 
@@ -203,27 +203,50 @@ class KubeBackend:
         sandbox DEADLINE_WRAPPER kills the command and its descendants a second later.
         """
         argv = ["sh", "-c", DEADLINE_WRAPPER, "sh", str(math.ceil(timeout) + 1), *argv]
-        # kubernetes.stream swaps call_api on the client it is given while it connects: not thread-safe.
-        # Each exec gets a private client, so concurrent execs and plain reads never see each other's swap.
-        with client.ApiClient(self.configuration) as private:
-            return _run_exec(
-                client.CoreV1Api(private),
-                namespace,
-                pod,
-                container,
-                argv,
-                stdin=stdin,
-                deadline=time.monotonic() + timeout,
-                max_output=max_output,
-                max_error=max_output if max_error is None else max_error,
-            )
+        return _run_exec(
+            ExecTarget(self.kube, self.configuration, namespace, pod, container),
+            argv,
+            stdin=stdin,
+            deadline=time.monotonic() + timeout,
+            max_output=max_output,
+            max_error=max_output if max_error is None else max_error,
+        )
+
+
+@dataclass(frozen=True)
+class ExecTarget:
+    """A container to open exec streams into, through the API server's pods/exec."""
+
+    kube: Kube  # its pooled requests' address and headers (the token among them) serve the streams too
+    configuration: client.Configuration  # TLS settings of the websocket
+    namespace: str
+    pod: str
+    container: str
+
+    def open(self, argv: list[str], *, interactive: bool) -> Any:
+        """The exec stream, opened straight from the shared configuration: the client's stream() would need an
+        ApiClient of its own per call (it swaps a method on the one it is given), some 3 ms each."""
+        host, headers = self.kube.address()
+        query = [("command", arg) for arg in argv] + [
+            ("container", self.container),
+            ("stdin", "true" if interactive else "false"),
+            ("stdout", "true"),
+            ("stderr", "true"),
+            ("tty", "false"),
+        ]
+        return ws_client.websocket_call(  # type: ignore[no-untyped-call]
+            self.configuration,
+            "GET",
+            host + POD.path(self.namespace, self.pod) + "/exec",
+            headers=headers,
+            query_params=query,
+            _preload_content=False,
+            binary=True,
+        )
 
 
 def _run_exec(
-    core: client.CoreV1Api,
-    namespace: str,
-    pod: str,
-    container: str,
+    target: ExecTarget,
     argv: list[str],
     *,
     stdin: bytes | None,
@@ -234,10 +257,7 @@ def _run_exec(
     started = time.monotonic()
     for attempt in range(1, HANDSHAKE_ATTEMPTS + 1):
         outcome, status = _exec_once(
-            core,
-            namespace,
-            pod,
-            container,
+            target,
             argv,
             stdin=stdin,
             deadline=deadline,
@@ -264,10 +284,7 @@ def never_sent(status: Mapping[str, Any], outcome: ExecOutcome) -> bool:
 
 
 def _exec_once(
-    core: client.CoreV1Api,
-    namespace: str,
-    pod: str,
-    container: str,
+    target: ExecTarget,
     argv: list[str],
     *,
     stdin: bytes | None,
@@ -278,7 +295,7 @@ def _exec_once(
     started = time.monotonic()
     stdout, stderr = _Capped(sizes[0]), _Capped(sizes[1])
     try:
-        ws = _connect(core, namespace, pod, container, argv, interactive=stdin is not None, deadline=deadline)
+        ws = _connect(target, argv, interactive=stdin is not None, deadline=deadline)
     except (ApiException, OSError, ValueError, WebSocketException) as e:
         reason = str(getattr(e, "reason", e)).encode()
         return ExecOutcome(EXIT_UNREACHABLE, b"", reason, False, False, time.monotonic() - started), {}
@@ -325,33 +342,12 @@ def _exec_once(
     return outcome, status
 
 
-def _connect(
-    core: client.CoreV1Api,
-    namespace: str,
-    pod: str,
-    container: str,
-    argv: list[str],
-    *,
-    interactive: bool,
-    deadline: float,
-) -> Any:
+def _connect(target: ExecTarget, argv: list[str], *, interactive: bool, deadline: float) -> Any:
     """The exec stream. A refused upgrade ran nothing in the sandbox, so it is tried again: the API server's
     connection to a kubelet can be a stale one (answered "use of closed network connection")."""
     for attempt in range(1, HANDSHAKE_ATTEMPTS + 1):
         try:
-            return stream(
-                core.connect_get_namespaced_pod_exec,
-                pod,
-                namespace,
-                command=argv,
-                container=container,
-                stdin=interactive,
-                stdout=True,
-                stderr=True,
-                tty=False,
-                _preload_content=False,
-                binary=True,
-            )
+            return target.open(argv, interactive=interactive)
         except (ApiException, OSError, ValueError, WebSocketException):
             if attempt == HANDSHAKE_ATTEMPTS or time.monotonic() + HANDSHAKE_RETRY_SECONDS >= deadline:
                 raise

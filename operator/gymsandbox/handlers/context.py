@@ -9,9 +9,10 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from gymsandbox.handlers.kube import Kube
 from gymsandbox.handlers.store import Store, slim_pod
@@ -23,10 +24,14 @@ from gymsandbox.policy.egress import BoundedResolver, Resolver
 RESYNC_SECONDS = float(os.environ.get("GYMSANDBOX_RESYNC_SECONDS", "10"))
 # Seconds before kopf retries a failed handler or timer (its own default is 60).
 ERROR_BACKOFF_SECONDS = 2.0
+# Handlers block on API calls; more threads than asyncio's default (CPUs + 4) keep episodes moving. Each
+# handler thread may have one helper thread making a request alongside it (OperatorContext.alongside).
+WORKERS = 32
 # What is kept per object is dropped after this long without a reconcile of it (OperatorContext.prune).
 IDLE_SECONDS = 3600.0
 PRUNE_SECONDS = 300.0
 LOG = logging.getLogger("gymsandbox")
+T = TypeVar("T")
 
 
 def host_of(episode: Mapping[str, Any]) -> str | None:
@@ -195,6 +200,17 @@ class OperatorContext:
     slots: dict[str, tuple[Any, Any]] = field(default_factory=dict)
     # RuntimeClass names seen to exist, and when (a missing one is asked for again every time).
     runtime_classes: dict[str, float] = field(default_factory=dict)
+    helpers: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(
+            max_workers=WORKERS, thread_name_prefix="gymsandbox-helper"
+        )
+    )
+
+    def alongside(self, fn: Callable[[], T]) -> Future[T]:
+        """`fn` on a helper thread, in this thread's context, while the caller goes on: two requests that
+        neither waits for (an episode's lease Secret and NetworkPolicy) take one round trip, not two. The
+        caller waits for the result before it returns, so nothing outlives its reconcile."""
+        return self.helpers.submit(contextvars.copy_context().run, fn)
 
     def watches(self, namespace: str) -> bool:
         """Whether `namespace` is this operator's to handle, as kopf matches its --namespace patterns."""

@@ -128,30 +128,21 @@ def _observe_episode(
         expires_at=int(expires_at.timestamp()),
     )
     lease_for = (claims.expires_at, claims.rollout_id)  # what a token is issued for (its id is new each time)
+    lease = None
     if made.lease is None or made.lease[0] != lease_for:
-        name, token = ensure_lease_secret(
-            kube, owner, ctx.signing_key, claims, int(moment.timestamp()), fresh=fresh
+        issued_at = int(moment.timestamp())
+        lease = ctx.alongside(
+            lambda: ensure_lease_secret(kube, owner, ctx.signing_key, claims, issued_at, fresh=fresh)
         )
-        made.lease = (lease_for, name, token)
+    try:  # the NetworkPolicy while the Secret is made: both exist before the pod, neither needs the other
+        refusal = ensure_egress(ctx, owner, spec, made, fresh)
+    finally:
+        if lease is not None:
+            made.lease = (lease_for, *lease.result())
+    assert made.lease is not None
     children = EpisodeChildren(made.lease[1], made.lease[2])
-    try:
-        resolved = resolve(
-            egress_targets_of(spec),
-            ctx.policy.egress.static_hosts,
-            ctx.resolver,
-            allowed_private=ctx.policy.egress.allowed_private_networks,
-            denied=ctx.policy.egress.denied_networks,
-        )
-    except (ResolutionError, EgressError) as e:
-        refusal = Refusal(
-            Reason.EGRESS_INVALID if isinstance(e, EgressError) else Reason.DNS_RESOLUTION_FAILED, str(e)
-        )
+    if refusal is not None:
         return EpisodeObservation(refusal=refusal), children
-    policy = egress_policy(owner, episode_egress_rules(ctx.policy, resolved))
-    digest = policy["metadata"]["annotations"][TEMPLATE_HASH_ANNOTATION]
-    if made.policy != digest:
-        ensure_network_policy(kube, owner, policy, fresh=fresh)
-        made.policy = digest
     profile = ctx.policy.runtime_profiles[episode_runtime(spec, host_spec)]
     if not runtime_class_exists(ctx, profile.runtime_class_name):
         missing = f"RuntimeClass {profile.runtime_class_name} does not exist; no pod is created"
@@ -164,6 +155,30 @@ def _observe_episode(
     return EpisodeObservation(
         admitted=True, pod=pod, sandbox_error=sandbox_error(kube, pod, moment)
     ), children
+
+
+def ensure_egress(
+    ctx: OperatorContext, owner: Owner, spec: EpisodeSandboxSpec, made: Made, fresh: bool
+) -> Refusal | None:
+    """The episode's NetworkPolicy from its allowlist as resolved now; a refusal when the allowlist cannot be
+    resolved or is not allowed."""
+    try:
+        resolved = resolve(
+            egress_targets_of(spec),
+            ctx.policy.egress.static_hosts,
+            ctx.resolver,
+            allowed_private=ctx.policy.egress.allowed_private_networks,
+            denied=ctx.policy.egress.denied_networks,
+        )
+    except (ResolutionError, EgressError) as e:
+        reason = Reason.EGRESS_INVALID if isinstance(e, EgressError) else Reason.DNS_RESOLUTION_FAILED
+        return Refusal(reason, str(e))
+    policy = egress_policy(owner, episode_egress_rules(ctx.policy, resolved))
+    digest = policy["metadata"]["annotations"][TEMPLATE_HASH_ANNOTATION]
+    if made.policy != digest:
+        ensure_network_policy(ctx.kube, owner, policy, fresh=fresh)
+        made.policy = digest
+    return None
 
 
 def runtime_class_exists(ctx: OperatorContext, name: str) -> bool:

@@ -78,7 +78,7 @@ class Kube:
         self.api_client = api_client
         self._headers: tuple[float, str, dict[str, str]] | None = None  # when made, the host, the headers
 
-    def _target(self) -> tuple[str, dict[str, str]]:
+    def address(self) -> tuple[str, dict[str, str]]:
         """The API server's address and the headers every request carries (user agent, authorization)."""
         moment, made = time.monotonic(), self._headers
         if made is None or moment - made[0] >= AUTH_SECONDS:
@@ -101,7 +101,7 @@ class Kube:
         query: list[tuple[str, str]] | None = None,
         timeout: float | None = None,
     ) -> bytes:
-        host, common = self._target()
+        host, common = self.address()
         url = host + path + (f"?{urlencode(query)}" if query else "")
         headers = {**common, "Content-Type": content_type, "Accept": accept}
         payload = None if body is None else json.dumps(body, default=jsonable).encode()
