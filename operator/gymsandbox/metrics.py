@@ -191,7 +191,8 @@ class OperatorMetrics:
         )
         self.watch_restarts = Counter(
             "gymsandbox_watch_restarts",
-            "Watch streams kopf restarted: expired (410 Gone) or inactive (no event within its timeout)",
+            "Watch streams restarted (kopf's and the episodes' own): expired (410 Gone) or inactive"
+            " (no event within its timeout)",
             ["cause"],
             registry=registry,
         )

@@ -27,10 +27,10 @@ from gymsandbox.policy.cluster import ClusterPolicy, load_policy
 CHANGE_HANDLED_KINDS = frozenset({"GymHost"})
 
 
-def api_client(connections: int = 2 * WORKERS) -> client.ApiClient:
+def api_client(connections: int = 3 * WORKERS) -> client.ApiClient:
     """In a pod, its service account; elsewhere, KUBECONFIG or ~/.kube/config. One pooled connection per
-    thread that uses it (by default the operator's handler threads and their helpers: a smaller pool would
-    discard, and log, a connection after nearly every burst)."""
+    thread that uses it (by default kopf's handler threads, the episodes' workers and their helpers: a
+    smaller pool would discard, and log, a connection after nearly every burst)."""
     configuration = client.Configuration()
     if os.environ.get("KUBERNETES_SERVICE_HOST"):
         config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import signal
 import time
+import urllib.request
 from dataclasses import dataclass
+from typing import Any
 
 import urllib3
 from kubernetes import client
@@ -126,3 +130,22 @@ def assert_no_traceback(operator: OperatorProcess, log_offset: int) -> None:
     lines = log.splitlines()
     first = next((i for i, line in enumerate(lines) if line.startswith("Traceback")), None)
     assert first is None, "\n".join(lines[max(first - 1, 0) : first + 60])
+
+
+def compact_etcd(port: int) -> int:
+    """Compact etcd's history up to its current revision (its JSON gateway); returns that revision."""
+    key = base64.b64encode(b"/registry/").decode()
+    revision = int(
+        etcd_call(port, "/v3/kv/range", {"key": key, "limit": 1, "keys_only": True})["header"]["revision"]
+    )
+    etcd_call(port, "/v3/kv/compaction", {"revision": revision, "physical": True})
+    return revision
+
+
+def etcd_call(port: int, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(), method="POST"
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310 - etcd on loopback
+        answer: dict[str, Any] = json.load(response)
+    return answer

@@ -4,14 +4,11 @@ the truth of its pod."""
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import json
 import os
 import signal
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,7 +18,7 @@ from kubernetes.client.exceptions import ApiException
 
 from gymsandbox.api.names import LABEL_COMPONENT
 from gymsandbox.desired.labels import COMPONENT_EPISODE
-from tests.chaos.faults import assert_no_traceback, burst, converge, wait_api
+from tests.chaos.faults import assert_no_traceback, burst, compact_etcd, converge, wait_api
 from tests.cluster_fixtures import Cluster, OperatorProcess
 from tests.scrape import scrape
 
@@ -53,6 +50,9 @@ def test_api_server_killed_and_restarted_after_a_compaction_every_watch_relists_
         f"\nafter the API server was down {DOWN_SECONDS} s, etcd compacted at revision {compacted}: {figures}"
     )
     assert watch_restarts(operator, "expired") > expired, "no watch saw 410 Gone: the fault did not happen"
+    relisted = operator.output()[log_offset:]
+    for plural in ("episodesandboxes", "pods"):  # the episodes' own watches (handlers/informer.py)
+        assert f"the watch of {plural} expired (410 Gone): listing them again" in relisted
     assert_no_traceback(operator, log_offset)
 
 
@@ -103,25 +103,6 @@ def kubelet_resync(api_client: client.ApiClient, namespace: str) -> Iterator[Non
     finally:
         stop.set()
         thread.join(timeout=30)
-
-
-def compact_etcd(port: int) -> int:
-    """Compact etcd's history up to its current revision (its JSON gateway); returns that revision."""
-    key = base64.b64encode(b"/registry/").decode()
-    revision = int(
-        etcd_call(port, "/v3/kv/range", {"key": key, "limit": 1, "keys_only": True})["header"]["revision"]
-    )
-    etcd_call(port, "/v3/kv/compaction", {"revision": revision, "physical": True})
-    return revision
-
-
-def etcd_call(port: int, path: str, body: dict[str, Any]) -> dict[str, Any]:
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(), method="POST"
-    )
-    with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310 - etcd on loopback
-        answer: dict[str, Any] = json.load(response)
-    return answer
 
 
 def watch_restarts(operator: OperatorProcess, cause: str) -> float:

@@ -105,6 +105,15 @@ def test_operator_refuses_bad_episode_with_a_named_reason_and_makes_nothing(
     assert bad["status"]["failure"]["reason"] == reason
     assert not bad["status"].get("admittedAt")
     assert not any(hosts.children_of_episodes().values()), "a refused episode must leave nothing behind"
+    core = client.CoreV1Api(api_client)
+    about = f"involvedObject.uid={bad['metadata']['uid']},type=Warning"
+    eventually(
+        lambda: (
+            reason in {e.reason for e in core.list_namespaced_event(namespace, field_selector=about).items}
+        ),
+        timeout=15,
+        what=f"a Warning event {reason} about the episode",
+    )
     assert operator.process.poll() is None
 
 

@@ -58,10 +58,10 @@ def test_a_slot_is_kept_for_one_version_of_the_episode_and_renewed_by_a_pending_
     ctx = context()
     first = planned_slot(ctx, episode("1"), host("10", 1))
     assert planned_slot(ctx, episode("1"), host("11", 1)) is first
-    assert first[0].admitted is False
+    assert first.slot.admitted is False
     moment = datetime(2026, 12, 3, tzinfo=UTC)
     ctx.admissions["e-1"] = Admission(moment, moment + timedelta(seconds=60))
     decided = planned_slot(ctx, episode("1"), host("11", 1))
     assert decided is not first
-    assert decided[0].admitted is True
+    assert decided.slot.admitted is True
     assert planned_slot(ctx, episode("2"), host("11", 1)) is not decided

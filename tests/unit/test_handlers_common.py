@@ -16,13 +16,11 @@ from gymsandbox.api.conditions import FailureKind, Reason
 from gymsandbox.handlers.common import (
     LOG_TAIL_LINES,
     REDACTED,
-    api_outage,
-    api_refusal,
     failure_fields,
     logs_tail,
     observed,
 )
-from gymsandbox.handlers.kube import Kube
+from gymsandbox.handlers.kube import Kube, api_outage, api_refusal
 from gymsandbox.status.pod import PodFailure
 
 TOKEN = "gs1.eyJwYXlsb2FkIjoieCJ9.c2lnbmF0dXJl"

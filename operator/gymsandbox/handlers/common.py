@@ -1,4 +1,4 @@
-"""Pieces both kinds' handlers use: status timestamps, failure envelopes with log tails, and events."""
+"""Pieces both kinds' handlers use: status timestamps, failure envelopes with log tails, and announcements."""
 
 from __future__ import annotations
 
@@ -7,18 +7,19 @@ import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, ParamSpec, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import kopf
-import urllib3
-from kubernetes.client.exceptions import ApiException
 
 from gymsandbox.api.conditions import ConditionType, Reason
 from gymsandbox.handlers.context import ERROR_BACKOFF_SECONDS
-from gymsandbox.handlers.kube import EVENT, Kube, namespace_terminating, status_body
+from gymsandbox.handlers.kube import EVENT, Kube, api_outage, api_refusal
 from gymsandbox.metrics import METRICS
 from gymsandbox.status.conditions import ConditionState, find
 from gymsandbox.status.pod import SANDBOX_EVENT_REASON, PodFailure, sandbox_overdue
+
+if TYPE_CHECKING:
+    from gymsandbox.handlers.context import OperatorContext
 
 LOG_TAIL_LINES = 20
 LOG_TAIL_CHARS = 4096
@@ -30,28 +31,9 @@ REDACTED = "[REDACTED]"
 LEASE_TOKEN_SHAPE = re.compile(r"gs1\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}")
 RESOURCES = {"GymHost": "gymhosts", "EpisodeSandbox": "episodesandboxes"}
 TAILED_REASONS = frozenset({Reason.CRASH_LOOP_BACK_OFF, Reason.OOM_KILLED, Reason.POD_FAILED})
-# Answers that mean the API server is overloaded or cut off, not that the request was wrong.
-OUTAGE_STATUSES = frozenset({429, 500, 502, 503, 504})
 
 P = ParamSpec("P")
 R = TypeVar("R")
-
-
-def api_outage(error: BaseException) -> str | None:
-    """A few words when `error` is the API server not answering (an overload, a stall, a restart)."""
-    if isinstance(error, ApiException) and error.status in OUTAGE_STATUSES:
-        return f"{error.status} {error.reason}"
-    if isinstance(error, urllib3.exceptions.HTTPError):
-        return type(error).__name__
-    return None
-
-
-def api_refusal(error: BaseException) -> str | None:
-    """The API server's own words when it refused a request as forbidden: a missing RBAC rule, or, for a few
-    seconds after it restarts, an authorizer that has not loaded the rules yet."""
-    if not isinstance(error, ApiException) or error.status != 403 or namespace_terminating(error):
-        return None
-    return str(status_body(error).get("message") or f"{error.status} {error.reason}")
 
 
 def observed(handler: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
@@ -158,13 +140,14 @@ def failure_fields(
 
 
 def announce(
+    ctx: OperatorContext,
     body: Mapping[str, Any],
     previous: Mapping[str, Any],
     conditions: Sequence[ConditionState],
     failure: PodFailure | None,
 ) -> None:
-    """One event, one log line and the metrics per change of Ready's reason: Warning for a failure or
-    refusal, Normal when Ready."""
+    """One log line and the metrics per change of Ready's reason, and a Warning event for a failure or
+    refusal."""
     before = find(previous.get("conditions") or [], ConditionType.READY) or {}
     ready = next(c for c in conditions if c.type == ConditionType.READY)
     if before.get("reason") == ready.reason and before.get("status") == ready.status_text:
@@ -187,6 +170,4 @@ def announce(
         ready.message,
     )
     if failed:
-        kopf.warn(cast(kopf.Body, body), reason=ready.reason, message=ready.message)
-    elif ready.status:
-        kopf.info(cast(kopf.Body, body), reason=ready.reason, message=ready.message)
+        ctx.events.warn(ctx.kube, body, ready.reason, ready.message)

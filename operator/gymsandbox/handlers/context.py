@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
 
+from gymsandbox.handlers.events import EventPoster
 from gymsandbox.handlers.kube import Kube
 from gymsandbox.handlers.store import Store, slim_pod
 from gymsandbox.leases import SigningKey
@@ -80,7 +81,7 @@ class KeyedLocks:
 
 class Later:
     """Calls made a little later, on one thread: at most one pending per key (the earliest wins). Each runs
-    in the context it was asked from (a kopf handler's: kopf's event posting needs it)."""
+    in the context it was asked from."""
 
     def __init__(self) -> None:
         self._wakeup = threading.Condition()
@@ -205,6 +206,8 @@ class OperatorContext:
             max_workers=WORKERS, thread_name_prefix="gymsandbox-helper"
         )
     )
+    # Warning events, posted on a thread of their own (handlers/events.py).
+    events: EventPoster = field(default_factory=EventPoster)
 
     def alongside(self, fn: Callable[[], T]) -> Future[T]:
         """`fn` on a helper thread, in this thread's context, while the caller goes on: two requests that

@@ -5,13 +5,13 @@ Two loops share the work, both level-based, both reading the stores the watches 
 - per host (`sync_host_episodes`, under the host's lock): reap the expired, decide admissions in FIFO order
   up to episodes.maxConcurrent, number the queue, count.
 - per episode (`refresh_episode`, under the episode's lock): a decided admission is written first, with
-  the first conditions, in one status write; then its lease Secret (owner token), NetworkPolicy and Pod, in
-  that order; then its conditions. A change that is only a pod's progress towards Ready is written once it
+  the first conditions, in one status write; then its lease Secret (owner token) and NetworkPolicy at once,
+  then its Pod; then its conditions. A change that is only a pod's progress towards Ready is written once it
   has lasted PROGRESS_SECONDS, so an episode whose pod starts at once costs two status writes in all.
 The host loop runs when an episode is created, changes its spec or is deleted, and on a short timer; the
-episode loop then, on its pod's events and from the drift pass. kopf keeps nothing on the episodes (no
-finalizer, no annotations): the handlers are event handlers, and a spec change is a generation the status
-has not observed yet.
+episode loop then, on its pod's events and from the drift pass. kopf does not watch episodes or their pods
+(handlers/episode_watches.py does, and calls `episode_event` and `episode_pod_changed`), so it keeps nothing
+on them (no finalizer, no annotations); a spec change is a generation the status has not observed yet.
 """
 
 from __future__ import annotations
@@ -25,21 +25,25 @@ import kopf
 from kubernetes.client.exceptions import ApiException
 
 from gymsandbox.api.conditions import ConditionType
-from gymsandbox.api.names import GROUP, LABEL_COMPONENT, LABEL_HOST, LABEL_MANAGED_BY, MANAGED_BY, VERSION
-from gymsandbox.desired.labels import COMPONENT_EPISODE
+from gymsandbox.api.names import GROUP, LABEL_HOST, VERSION
+from gymsandbox.desired.owner import Manifest
 from gymsandbox.desired.pod import EPISODE_CONTAINER_NAME, episode_pod_name
 from gymsandbox.desired.secret import lease_secret_name
 from gymsandbox.handlers.common import (
     announce,
-    api_outage,
-    api_refusal,
     failure_fields,
     now,
     observed,
     status_changed,
     timestamp,
 )
-from gymsandbox.handlers.context import ERROR_BACKOFF_SECONDS, RESYNC_SECONDS, Admission, OperatorContext
+from gymsandbox.handlers.context import (
+    ERROR_BACKOFF_SECONDS,
+    RESYNC_SECONDS,
+    Admission,
+    OperatorContext,
+    host_of,
+)
 from gymsandbox.handlers.episode_children import (
     current_host,
     episodes_needing_repair,
@@ -47,7 +51,7 @@ from gymsandbox.handlers.episode_children import (
     owner_of,
 )
 from gymsandbox.handlers.episode_queue import sync_host_episodes, write_status
-from gymsandbox.handlers.kube import EPISODE, namespace_terminating
+from gymsandbox.handlers.kube import EPISODE, api_outage, api_refusal, namespace_terminating
 from gymsandbox.metrics import METRICS
 from gymsandbox.status.conditions import merge_conditions
 from gymsandbox.status.episode import EpisodeObservation, EpisodeVerdict, compute_episode_conditions
@@ -112,7 +116,7 @@ def write_admission(
     written = write_status(ctx, meta["namespace"], meta["name"], status)
     ctx.admissions.pop(meta["uid"], None)
     if written is not None:
-        announce(episode, previous, verdict.conditions, None)
+        announce(ctx, episode, previous, verdict.conditions, None)
     return written
 
 
@@ -170,7 +174,7 @@ def refresh_episode(ctx: OperatorContext, namespace: str, name: str) -> None:
                 )
                 return
             if write_status(ctx, namespace, name, status) is not None:
-                announce(episode, previous, verdict.conditions, verdict.failure)
+                announce(ctx, episode, previous, verdict.conditions, verdict.failure)
         except ApiException as e:
             if e.status != 404 and not namespace_terminating(e):
                 raise  # else deleted meanwhile (the episode, or a child: the drift pass sees what is left)
@@ -207,22 +211,6 @@ def sync_and_refresh(
             refresh_episode(ctx, namespace, name)
 
 
-@kopf.index(GROUP, VERSION, "episodesandboxes")
-async def episodes_seen(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    """Feeds the episode store; kopf runs it for the initial listing before any handler. An episode new to
-    the store is `arriving` until its event handler has run."""
-    ctx: OperatorContext = memo.context
-    known = ctx.episodes.get(str(body.metadata.namespace), str(body.metadata.name))
-    if known is None or known["metadata"].get("uid") != body.metadata.uid:
-        ctx.arriving.add(str(body.metadata.uid))
-    ctx.episodes.put(dict(body))
-
-
-@kopf.index("v1", "pods", labels={LABEL_MANAGED_BY: MANAGED_BY, LABEL_COMPONENT: COMPONENT_EPISODE})
-async def sandbox_pods_seen(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    memo.context.pods.put(dict(body))
-
-
 @kopf.index(GROUP, VERSION, "gymhosts")
 async def hosts_seen(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     memo.context.hosts.put(dict(body))
@@ -237,33 +225,43 @@ def needs_reconcile(body: Mapping[str, Any], type: str | None) -> bool:
     return generation != (body.get("status") or {}).get("observedGeneration")
 
 
-@kopf.on.event(GROUP, VERSION, "episodesandboxes")
-@observed("episode_event")
-def episode_event(body: kopf.Body, type: str | None, memo: kopf.Memo, **_: Any) -> None:
+def episode_seen(ctx: OperatorContext, type: str | None, body: Manifest) -> None:
+    """An episode's event, as its watch delivers it (handlers/episode_watches.py): into the store at once
+    (admission reads it), and a new episode is `arriving` until its event has been handled."""
+    meta = body["metadata"]
+    if type == "DELETED":
+        return
+    known = ctx.episodes.get(meta["namespace"], meta["name"])
+    if known is None or known["metadata"].get("uid") != meta["uid"]:
+        ctx.arriving.add(meta["uid"])
+    ctx.episodes.put(body)
+
+
+@METRICS.timed("episode_event")
+def episode_event(ctx: OperatorContext, type: str | None, body: Manifest) -> None:
     """Created, renewed or found at start: admission, then the episode. Deleted: its slot frees once its
     pod is gone; end the pod and admit the next one now rather than at the next tick."""
-    ctx: OperatorContext = memo.context
-    uid = str(body.metadata.uid)
     try:
         handle_episode_event(ctx, body, type)
     finally:
-        ctx.arriving.discard(uid)
+        ctx.arriving.discard(body["metadata"]["uid"])
 
 
-def handle_episode_event(ctx: OperatorContext, body: kopf.Body, type: str | None) -> None:
-    namespace, name, uid = str(body.metadata.namespace), str(body.metadata.name), str(body.metadata.uid)
-    host_name = (body.spec.get("hostRef") or {}).get("name")
+def handle_episode_event(ctx: OperatorContext, body: Manifest, type: str | None) -> None:
+    meta = body["metadata"]
+    namespace, name, uid = str(meta["namespace"]), str(meta["name"]), str(meta["uid"])
+    host_name = host_of(body)
     if type == "DELETED":
         ctx.episodes.remove(body)
         ctx.forget_episode(uid)
         METRICS.forget(uid)
-        if isinstance(host_name, str):
+        if host_name is not None:
             sync_and_refresh(ctx, namespace, host_name, sweep=True)
         return
     if needs_reconcile(body, type):
         if type == "ADDED":
-            METRICS.created(uid, str(body.metadata.creation_timestamp))
-        reconcile_episode(ctx, namespace, name, host_name if isinstance(host_name, str) else None)
+            METRICS.created(uid, str(meta.get("creationTimestamp")))
+        reconcile_episode(ctx, namespace, name, host_name)
 
 
 @METRICS.timed("episode_reconcile")
@@ -293,17 +291,24 @@ def episodes_tick(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
             refresh_episode(ctx, namespace, name)
 
 
-@kopf.on.event("v1", "pods", labels={LABEL_MANAGED_BY: MANAGED_BY, LABEL_COMPONENT: COMPONENT_EPISODE})
-@observed("episode_pod_changed")
-def episode_pod_changed(body: kopf.Body, type: str | None, memo: kopf.Memo, **_: Any) -> None:
-    ctx: OperatorContext = memo.context
+def pod_seen(ctx: OperatorContext, type: str | None, body: Manifest) -> None:
+    """A sandbox pod's event, as its watch delivers it: into the store at once (the episodes read it)."""
     if type == "DELETED":
         ctx.pods.remove(body)
-    refs = body.metadata.get("ownerReferences") or []
+    else:
+        ctx.pods.put(body)
+
+
+@METRICS.timed("episode_pod_changed")
+def episode_pod_changed(ctx: OperatorContext, type: str | None, body: Manifest) -> None:
+    """A sandbox pod's event: its episode's conditions follow it (but not for a listing: the episodes'
+    own listing reconciles them all)."""
+    meta = body["metadata"]
+    refs = meta.get("ownerReferences") or []
     owner_ref = next((r for r in refs if r.get("kind") == "EpisodeSandbox"), None)
     if owner_ref is not None and type is not None:
-        refresh_episode(ctx, str(body.metadata.namespace), owner_ref["name"])
-    host_label = (body.metadata.get("labels") or {}).get(LABEL_HOST)
+        refresh_episode(ctx, str(meta["namespace"]), owner_ref["name"])
+    host_label = (meta.get("labels") or {}).get(LABEL_HOST)
     if type == "DELETED" and isinstance(host_label, str) and any(ctx.lingering.values()):
         # A pod that held a slot without an open episode is gone: the next episode may take the slot now.
-        sync_and_refresh(ctx, str(body.metadata.namespace), host_label)
+        sync_and_refresh(ctx, str(meta["namespace"]), host_label)

@@ -132,8 +132,13 @@ def pod_deadline_seconds(
 
 def belongs_to(episode: Mapping[str, Any], host_uid: str) -> bool:
     """Grouped by hostRef.name; skip leftovers owned by an earlier incarnation of a same-named host."""
-    refs = [r for r in episode["metadata"].get("ownerReferences") or [] if r.get("kind") == "GymHost"]
-    return not refs or any(r.get("uid") == host_uid for r in refs)
+    owned = False
+    for ref in episode["metadata"].get("ownerReferences") or ():
+        if ref.get("kind") == "GymHost":
+            if ref.get("uid") == host_uid:
+                return True
+            owned = True
+    return not owned
 
 
 def admitted_at(ctx: OperatorContext, episode: Mapping[str, Any]) -> datetime | None:
@@ -166,9 +171,19 @@ def slot(ctx: OperatorContext, episode: Mapping[str, Any], verdict: Judged) -> E
     )
 
 
-def planned_slot(ctx: OperatorContext, episode: Mapping[str, Any], host: Manifest) -> tuple[EpisodeSlot, str]:
-    """The episode's slot and phase (metrics.episode_phase) as the planner sees them, kept per version of the
-    episode, decision not yet written and host spec: a burst plans every episode of a host on each create."""
+@dataclass(frozen=True)
+class Planned:
+    """What the planner reads of one version of an episode: its slot, its phase (metrics.episode_phase) and
+    the expiresAt its status holds."""
+
+    slot: EpisodeSlot
+    phase: str
+    stored_expiry: datetime | None
+
+
+def planned_slot(ctx: OperatorContext, episode: Mapping[str, Any], host: Manifest) -> Planned:
+    """The episode as the planner sees it, kept per version of the episode, decision not yet written and host
+    spec: a burst plans every episode of a host on each create."""
     meta, host_meta = episode["metadata"], host["metadata"]
     key = (
         meta.get("resourceVersion"),
@@ -179,8 +194,12 @@ def planned_slot(ctx: OperatorContext, episode: Mapping[str, Any], host: Manifes
     )
     cached = ctx.slots.get(meta["uid"])
     if cached is not None and cached[0] == key:
-        return cast(tuple[EpisodeSlot, str], cached[1])
-    value = (slot(ctx, episode, judged(ctx, episode, host)), episode_phase(episode))
+        return cast(Planned, cached[1])
+    value = Planned(
+        slot(ctx, episode, judged(ctx, episode, host)),
+        episode_phase(episode),
+        parse_time((episode.get("status") or {}).get("expiresAt")),
+    )
     ctx.slots[meta["uid"]] = (key, value)
     return value
 
@@ -226,7 +245,7 @@ def sync_host_episodes(
         covers = ctx.plans.begin(uid)
         by_name = {e["metadata"]["name"]: e for e in host_episodes(ctx, host, relist=relist)}
         seen = {name: planned_slot(ctx, e, host) for name, e in by_name.items()}
-        slots = {name: p[0] for name, p in seen.items()}
+        slots = {name: p.slot for name, p in seen.items()}
         if sweep or ctx.lingering.get(uid) or any(s.closing for s in slots.values()):
             open_labels = {label_value(name) for name, s in slots.items() if not s.closing}
             ctx.lingering[uid] = end_lingering_sandboxes(kube, namespace, meta["name"], open_labels)
@@ -268,12 +287,12 @@ def sync_host_episodes(
             if planned is not None and position_due(status.get("queuePosition"), planned, still=still):
                 write_status(ctx, namespace, name, {"queuePosition": planned})
             # A renewal (a new ttlSeconds) moves expiresAt of an admitted episode.
-            expires_at, stored = slots[name].expires_at, parse_time(status.get("expiresAt"))
+            expires_at, stored = slots[name].expires_at, seen[name].stored_expiry
             if status.get("admittedAt") and expires_at and stored != expires_at and name not in plan.expired:
                 write_status(ctx, namespace, name, {"expiresAt": timestamp(expires_at)})
                 touched.append(name)
         METRICS.episodes.set(
-            uid, namespace, Tally(p[1] for name, p in seen.items() if name not in plan.expired)
+            uid, namespace, Tally(p.phase for name, p in seen.items() if name not in plan.expired)
         )
         counts = {"active": plan.active, "queued": plan.queued}
         known = newest(host, ctx.hosts.get(namespace, meta["name"]))  # this process's own write included

@@ -295,7 +295,7 @@ def status_fields(ctx: OperatorContext, body: Mapping[str, Any], now: datetime) 
     failure = failure_fields(ctx.kube, verdict.failure, observation.pod, CONTAINER_NAME, children.secrets)
     pod = observation.pod or {}
     expires_at = expiry(meta, spec, ctx.policy) if spec else None
-    announce(body, previous, verdict.conditions, verdict.failure)
+    announce(ctx, body, previous, verdict.conditions, verdict.failure)
     return {
         "observedGeneration": generation,
         "conditions": conditions,

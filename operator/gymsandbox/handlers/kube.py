@@ -23,6 +23,9 @@ from gymsandbox.metrics import METRICS
 
 # Items per page of a paged listing (Kube.pages).
 LIST_PAGE = 500
+# A watch's connection timeout, and how much of its stream is read at a time.
+WATCH_CONNECT_SECONDS = 10.0
+WATCH_CHUNK = 1 << 16
 # How long the headers of requests (the bearer token among them) are reused before they are made again.
 AUTH_SECONDS = 10.0
 
@@ -45,9 +48,10 @@ class Kind:
         return f"{prefix}/{self.api_version}"
 
     def path(self, namespace: str | None, name: str | None = None) -> str:
-        """Names are quoted: a name can never turn into another path, a query or a fragment."""
+        """Names are quoted: a name can never turn into another path, a query or a fragment. A namespaced
+        kind without a namespace: its objects in every namespace."""
         path = self.base
-        if self.namespaced:
+        if self.namespaced and namespace is not None:
             path += f"/namespaces/{quote(str(namespace), safe='')}"
         path += f"/{self.plural}"
         return f"{path}/{quote(name, safe='')}" if name else path
@@ -151,20 +155,80 @@ class Kube:
         return list(self._call("GET", kind.path(namespace), query=query).get("items", []))
 
     def pages(
-        self, kind: Kind, namespace: str, *, labels: str, size: int = LIST_PAGE
+        self, kind: Kind, namespace: str | None, *, labels: str, size: int = LIST_PAGE
     ) -> Iterator[Sequence[Manifest]]:
         """A label-selected listing `size` items at a time (one consistent snapshot, as `list`), so that a
         caller reducing each page never holds thousands of whole objects at once."""
+        for answer in self.listing(kind, namespace, labels=labels, size=size):
+            yield list(answer.get("items", []))
+
+    def listing(
+        self, kind: Kind, namespace: str | None, *, labels: str, size: int = LIST_PAGE
+    ) -> Iterator[Manifest]:
+        """The pages of a listing as the API server answers them (each with the listing's resourceVersion)."""
         token = ""
         while True:
-            query = [("labelSelector", labels), ("limit", str(size))] + (
+            query = [(k, v) for k, v in (("labelSelector", labels), ("limit", str(size))) if v] + (
                 [("continue", token)] if token else []
             )
             answer = self._call("GET", kind.path(namespace), query=query)
-            yield list(answer.get("items", []))
+            yield answer
             token = str((answer.get("metadata") or {}).get("continue") or "")
             if not token:
                 return
+
+    def watch(
+        self,
+        kind: Kind,
+        namespace: str | None,
+        *,
+        labels: str,
+        resource_version: str,
+        server_timeout: int,
+        client_timeout: float,
+    ) -> Iterator[Manifest]:
+        """The events after `resource_version` (bookmarks among them) until the API server ends the watch,
+        after about `server_timeout` seconds. No byte for `client_timeout` seconds raises urllib3's
+        ReadTimeoutError; an ERROR event raises its Status as an ApiException (410: the version is gone)."""
+        host, common = self.address()
+        query = [(k, v) for k, v in (("labelSelector", labels),) if v] + [
+            ("watch", "true"),
+            ("resourceVersion", resource_version),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", str(server_timeout)),
+        ]
+        started, code = time.monotonic(), "error"
+        resource = request_labels("GET", kind.path(namespace))[1]
+        try:
+            response = self.api_client.rest_client.pool_manager.request(
+                "GET",
+                host + kind.path(namespace) + f"?{urlencode(query)}",
+                headers={**common, "Accept": "application/json"},
+                timeout=urllib3.Timeout(connect=WATCH_CONNECT_SECONDS, read=client_timeout),
+                preload_content=False,
+            )
+            code = str(response.status)
+        finally:
+            METRICS.api_request("watch", resource, code, time.monotonic() - started)
+        try:
+            if response.status != 200:
+                body = response.data.decode(errors="replace")
+                raise ApiException(http_resp=RESTResponse(response), body=body)
+            rest = b""
+            for chunk in response.stream(WATCH_CHUNK):
+                *lines, rest = (rest + chunk).split(b"\n")
+                for line in lines:
+                    event = json.loads(line) if line.strip() else None
+                    if event is not None and event.get("type") == "ERROR":
+                        status = event.get("object") or {}
+                        raise ApiException(status=status.get("code"), reason=status.get("reason"))
+                    if event is not None:
+                        yield event
+        except BaseException:
+            response.close()  # a stream left half-read: its connection is not reused
+            raise
+        finally:
+            response.release_conn()
 
     def create(self, kind: Kind, manifest: Mapping[str, Any]) -> Manifest:
         try:
@@ -278,6 +342,8 @@ def jsonable(value: object) -> str:
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
+# Answers that mean the API server is overloaded or cut off, not that the request was wrong.
+OUTAGE_STATUSES = frozenset({429, 500, 502, 503, 504})
 VERBS = {"GET": "get", "POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
 
 
@@ -316,6 +382,23 @@ def cause_reasons(error: ApiException) -> list[str]:
 def namespace_terminating(error: ApiException) -> bool:
     """A create refused because the namespace is being deleted: the object is about to go too."""
     return error.status == 403 and "NamespaceTerminating" in cause_reasons(error)
+
+
+def api_outage(error: BaseException) -> str | None:
+    """A few words when `error` is the API server not answering (an overload, a stall, a restart)."""
+    if isinstance(error, ApiException) and error.status in OUTAGE_STATUSES:
+        return f"{error.status} {error.reason}"
+    if isinstance(error, urllib3.exceptions.HTTPError):
+        return type(error).__name__
+    return None
+
+
+def api_refusal(error: BaseException) -> str | None:
+    """The API server's own words when it refused a request as forbidden: a missing RBAC rule, or, for a few
+    seconds after it restarts, an authorizer that has not loaded the rules yet."""
+    if not isinstance(error, ApiException) or error.status != 403 or namespace_terminating(error):
+        return None
+    return str(status_body(error).get("message") or f"{error.status} {error.reason}")
 
 
 def owned_by(obj: Mapping[str, Any], uid: str) -> bool:

@@ -1,11 +1,11 @@
 """What the watches have seen, kept in memory, so that admission and repair read no lists.
 
-Each store is fed by a kopf indexing function (kopf runs those for the initial listing of every watched kind
-before it calls any handler, so no handler decides from a partial picture), by the DELETED events, and by
-the answers to the operator's own writes (a decision sees what was just written before its watch event
-arrives). A body is replaced only by a newer resourceVersion; a deleted object's uid is remembered for a
-while, so a late answer cannot bring it back. `prune` drops what a listing no longer shows (a deletion lost
-in a watch gap).
+Each store is fed by a watch (handlers/episode_watches.py for episodes and their pods, a kopf indexing
+function for hosts: both list before any handler runs, so no handler decides from a partial picture), by
+the DELETED events, and by the answers to the operator's own writes (a decision sees what was just written
+before its watch event arrives). A body is replaced only by a newer resourceVersion; a deleted object's uid
+is remembered for a while, so a late answer cannot bring it back. `prune` drops what a listing no longer
+shows (a deletion lost in a watch gap).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from gymsandbox.desired.owner import Manifest
 
@@ -23,9 +23,16 @@ TOMBSTONE_SECONDS = 600.0
 Key = tuple[str, str]  # namespace, name
 
 
+POD_SPEC_KEPT = frozenset({"nodeName", "readinessGates"})
+
+
 def slim(body: Mapping[str, Any]) -> Manifest:
-    """The object without its managedFields (most of its size, and read by nobody here)."""
-    meta = {k: v for k, v in (body.get("metadata") or {}).items() if k != "managedFields"}
+    """The object without its managedFields (most of its size, and read by nobody here); a body that has
+    none is returned as it is (slimmed already: the watches slim each event once, the store again)."""
+    metadata = body.get("metadata") or {}
+    if "managedFields" not in metadata:
+        return cast(Manifest, body)
+    meta = {k: v for k, v in metadata.items() if k != "managedFields"}
     return {**body, "metadata": meta}
 
 
@@ -34,7 +41,9 @@ def slim_pod(body: Mapping[str, Any]) -> Manifest:
     volumes are most of the rest, and are read from the episode instead)."""
     pod = slim(body)
     spec = body.get("spec") or {}
-    return {**pod, "spec": {key: spec[key] for key in ("nodeName", "readinessGates") if key in spec}}
+    if POD_SPEC_KEPT.issuperset(spec):
+        return pod
+    return {**pod, "spec": {key: spec[key] for key in POD_SPEC_KEPT if key in spec}}
 
 
 def newer(candidate: Mapping[str, Any], current: Mapping[str, Any]) -> bool:
@@ -48,7 +57,7 @@ def newer(candidate: Mapping[str, Any], current: Mapping[str, Any]) -> bool:
 
 class Store:
     """Objects of one kind by (namespace, name), and by a group key (for episodes: their host); `keep` says
-    what of each object is held."""
+    what of each object is held (and is all that the watches hand on, handlers/informer.py)."""
 
     def __init__(
         self,
@@ -56,7 +65,7 @@ class Store:
         keep: Callable[[Mapping[str, Any]], Manifest] = slim,
     ) -> None:
         self._group_of = group_of
-        self._keep = keep
+        self.keep = keep
         self._lock = threading.Lock()
         self._objects: dict[Key, Manifest] = {}
         self._seen: dict[Key, float] = {}  # when each body was put, monotonic
@@ -66,7 +75,7 @@ class Store:
     def put(self, body: Mapping[str, Any] | None) -> None:
         if not body or not (body.get("metadata") or {}).get("name"):
             return
-        obj = self._keep(body)
+        obj = self.keep(body)
         meta = obj["metadata"]
         key = (str(meta.get("namespace") or ""), str(meta["name"]))
         with self._lock:
@@ -112,9 +121,10 @@ class Store:
             names = self._groups.get((namespace, group), set())
             return [self._objects[(namespace, n)] for n in sorted(names)]
 
-    def in_namespace(self, namespace: str) -> list[Manifest]:
+    def in_namespace(self, namespace: str | None) -> list[Manifest]:
+        """The objects of one namespace (None: of all)."""
         with self._lock:
-            return [obj for (ns, _), obj in sorted(self._objects.items()) if ns == namespace]
+            return [obj for (ns, _), obj in sorted(self._objects.items()) if namespace in (None, ns)]
 
     def prune(self, namespace: str, group: str, listed: Iterable[Mapping[str, Any]], since: float) -> None:
         """`listed` is the group as a listing started at `since` (monotonic) saw it: what was put before
