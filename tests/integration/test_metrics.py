@@ -139,3 +139,20 @@ def test_api_requests_and_handler_runs_are_measured(
     assert metrics.value("gymsandbox_reconcile_duration_seconds_count", handler="episode_reconcile")
     assert "gymsandbox_reconciles_in_flight" in metrics.sample_names()
     assert metrics.value("process_resident_memory_bytes") > 0
+
+
+def test_a_host_pods_events_reach_its_hosts_reconcile(
+    cluster: Cluster, operator: OperatorProcess, namespace: str, hosts: Hosts
+) -> None:
+    """Host pods are watched by label on the API server (handlers/watches.py), not by kopf: deleting one is
+    an event its host's reconcile gets, and the host is Ready again with a new pod."""
+    ready_host(cluster, namespace, hosts)
+    before = scrape(operator.metrics_url)
+    cluster.kubectl_run("delete", "pod", f"{HOST}-host", "-n", namespace, "--wait=true")
+    counted = "gymsandbox_reconcile_duration_seconds_count"
+    eventually(
+        lambda: grew(before, scrape(operator.metrics_url), counted, handler="gymhost_pod_changed") >= 1,
+        timeout=15,
+        what="the host pod's deletion handled",
+    )
+    hosts.wait_reason(HOST, "HostReady")

@@ -6,10 +6,12 @@ import threading
 import time
 from typing import Any
 
+import kopf
 import pytest
 
-from gymsandbox.handlers.episode_watches import watched_namespaces
 from gymsandbox.handlers.informer import WorkQueue
+from gymsandbox.handlers.watches import watched_namespaces
+from gymsandbox.runner import run_operator  # noqa: F401  (registers the handlers)
 
 
 def body(name: str, version: int) -> dict[str, Any]:
@@ -125,3 +127,18 @@ def test_named_namespaces_are_watched_one_by_one_and_patterns_through_every_name
     namespaces: tuple[str, ...], watched: list[str | None]
 ) -> None:
     assert watched_namespaces(namespaces) == watched
+
+
+def test_kopf_watches_only_gymhosts_and_namespaces() -> None:
+    """kopf filters a handler's labels on its side: one handler of pods (or episodes) would make it watch and
+    decode every pod (or episode) of every namespace served. Those are handlers/watches.py's, by label on the
+    API server. Importing gymsandbox.runner registered the handlers."""
+    registry = kopf.get_default_registry()
+    handlers = [
+        *registry._indexing.get_all_handlers(),
+        *registry._watching.get_all_handlers(),
+        *registry._spawning.get_all_handlers(),
+        *registry._changing.get_all_handlers(),
+    ]
+    plurals = {h.selector.any_name or h.selector.plural for h in handlers if h.selector is not None}
+    assert plurals == {"gymhosts", "namespaces"}

@@ -25,6 +25,7 @@ def child_labels(owner: Owner) -> dict[str, str]:
 
 
 SANDBOX_CHILDREN = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_COMPONENT}={COMPONENT_EPISODE}"
+HOST_CHILDREN = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_COMPONENT}={COMPONENT_GYMHOST}"
 
 
 def sandbox_pod_labels(owner: Owner, host_name: str) -> dict[str, str]:

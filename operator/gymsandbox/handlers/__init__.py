@@ -1,5 +1,5 @@
 """The only place with @kopf decorators. Importing this package registers every handler."""
 
-from gymsandbox.handlers import episode, episode_watches, gymhost
+from gymsandbox.handlers import episode, gymhost, watches
 
-__all__ = ["episode", "episode_watches", "gymhost"]
+__all__ = ["episode", "gymhost", "watches"]

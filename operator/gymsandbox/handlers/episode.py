@@ -10,7 +10,7 @@ Two loops share the work, both level-based, both reading the stores the watches 
   has lasted PROGRESS_SECONDS, so an episode whose pod starts at once costs two status writes in all.
 The host loop runs when an episode is created, changes its spec or is deleted, and on a short timer; the
 episode loop then, on its pod's events and from the drift pass. kopf does not watch episodes or their pods
-(handlers/episode_watches.py does, and calls `episode_event` and `episode_pod_changed`), so it keeps nothing
+(handlers/watches.py does, and calls `episode_event` and `episode_pod_changed`), so it keeps nothing
 on them (no finalizer, no annotations); a spec change is a generation the status has not observed yet.
 """
 
@@ -226,7 +226,7 @@ def needs_reconcile(body: Mapping[str, Any], type: str | None) -> bool:
 
 
 def episode_seen(ctx: OperatorContext, type: str | None, body: Manifest) -> None:
-    """An episode's event, as its watch delivers it (handlers/episode_watches.py): into the store at once
+    """An episode's event, as its watch delivers it (handlers/watches.py): into the store at once
     (admission reads it), and a new episode is `arriving` until its event has been handled."""
     meta = body["metadata"]
     if type == "DELETED":
@@ -289,14 +289,6 @@ def episodes_tick(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     if ctx.due(f"drift/{namespace}", RESYNC_SECONDS):  # one pass covers every host of the namespace
         for name in episodes_needing_repair(ctx, namespace):
             refresh_episode(ctx, namespace, name)
-
-
-def pod_seen(ctx: OperatorContext, type: str | None, body: Manifest) -> None:
-    """A sandbox pod's event, as its watch delivers it: into the store at once (the episodes read it)."""
-    if type == "DELETED":
-        ctx.pods.remove(body)
-    else:
-        ctx.pods.put(body)
 
 
 @METRICS.timed("episode_pod_changed")

@@ -18,15 +18,8 @@ from pydantic import ValidationError
 from gymsandbox.api.common import validation_message
 from gymsandbox.api.conditions import Reason
 from gymsandbox.api.gymhost import GymHostSpec
-from gymsandbox.api.names import (
-    FINALIZER,
-    GROUP,
-    LABEL_COMPONENT,
-    LABEL_MANAGED_BY,
-    MANAGED_BY,
-    VERSION,
-)
-from gymsandbox.desired.labels import COMPONENT_GYMHOST, host_sandbox_pods_selector
+from gymsandbox.api.names import FINALIZER, GROUP, VERSION
+from gymsandbox.desired.labels import host_sandbox_pods_selector
 from gymsandbox.desired.networkpolicy import egress_policy, egress_policy_name, egress_rules
 from gymsandbox.desired.owner import TEMPLATE_HASH_ANNOTATION, Manifest, Owner
 from gymsandbox.desired.pod import CONTAINER_NAME, host_pod, host_pod_name
@@ -354,15 +347,15 @@ def resync(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
         METRICS.prune(IDLE_SECONDS, started_seconds=IDLE_SECONDS * 24)
 
 
-@kopf.on.event("v1", "pods", labels={LABEL_MANAGED_BY: MANAGED_BY, LABEL_COMPONENT: COMPONENT_GYMHOST})
-@observed("gymhost_pod_changed")
-def pod_changed(body: kopf.Body, type: str | None, memo: kopf.Memo, **_: Any) -> None:
-    """A host pod changed: recompute its owner's status now rather than at the next timer tick."""
-    ctx: OperatorContext = memo.context
-    owner_ref = next((r for r in body.metadata.get("ownerReferences") or [] if r.get("kind") == KIND), None)
+@METRICS.timed("gymhost_pod_changed")
+def host_pod_changed(ctx: OperatorContext, type: str | None, body: Manifest) -> None:
+    """A host pod's event, as its watch delivers it (handlers/watches.py): its owner's status follows it
+    now rather than at the next resync (but not for a listing: kopf resumes every host at start)."""
+    meta = body["metadata"]
+    owner_ref = next((r for r in meta.get("ownerReferences") or [] if r.get("kind") == KIND), None)
     if owner_ref is None or type is None:
         return
-    host = ctx.kube.get(GYMHOST, str(body.metadata.namespace), owner_ref["name"])
+    host = ctx.kube.get(GYMHOST, str(meta["namespace"]), owner_ref["name"])
     if (
         host is None
         or host["metadata"]["uid"] != owner_ref["uid"]

@@ -1,6 +1,6 @@
 """What the watches have seen, kept in memory, so that admission and repair read no lists.
 
-Each store is fed by a watch (handlers/episode_watches.py for episodes and their pods, a kopf indexing
+Each store is fed by a watch (handlers/watches.py for episodes and their pods, a kopf indexing
 function for hosts: both list before any handler runs, so no handler decides from a partial picture), by
 the DELETED events, and by the answers to the operator's own writes (a decision sees what was just written
 before its watch event arrives). A body is replaced only by a newer resourceVersion; a deleted object's uid

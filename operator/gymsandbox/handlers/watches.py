@@ -1,4 +1,9 @@
-"""The watches of episodes and of their pods (handlers/informer.py), started when the operator starts.
+"""The watches kept off kopf (handlers/informer.py): episodes, their sandbox pods and the hosts' pods,
+started when the operator starts. kopf watches only GymHosts and namespaces.
+
+kopf filters an event handler's labels on its side: a handler of host pods made it watch, and decode,
+every pod of the namespace, each sandbox pod's four or so events included (a third of the operator's CPU
+in a burst of episodes). These watches select by label on the API server.
 
 kopf runs its startup handlers before it watches anything, so the listings here are complete before any
 GymHost handler or timer runs, and before any event is handled: no admission is decided from a partial
@@ -15,27 +20,42 @@ from typing import Any
 
 import kopf
 
-from gymsandbox.api.names import LABEL_COMPONENT, LABEL_MANAGED_BY, MANAGED_BY
-from gymsandbox.desired.labels import COMPONENT_EPISODE
+from gymsandbox.desired.labels import HOST_CHILDREN, SANDBOX_CHILDREN
 from gymsandbox.desired.owner import Manifest
 from gymsandbox.handlers.common import observed
 from gymsandbox.handlers.context import WORKERS, OperatorContext
-from gymsandbox.handlers.episode import episode_event, episode_pod_changed, episode_seen, pod_seen
+from gymsandbox.handlers.episode import episode_event, episode_pod_changed, episode_seen
+from gymsandbox.handlers.gymhost import host_pod_changed
 from gymsandbox.handlers.informer import Handle, Informer, WorkQueue
 from gymsandbox.handlers.kube import EPISODE, POD
+from gymsandbox.handlers.store import Store, slim_pod
 
 LOG = logging.getLogger("gymsandbox")
-SANDBOX_PODS = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_COMPONENT}={COMPONENT_EPISODE}"
 PATTERN_CHARACTERS = frozenset("*?[!")
 
 Seen = Callable[[OperatorContext, str | None, Manifest], None]
 
 
-class EpisodeWatches:
-    """The informers of episodes and sandbox pods, and the work queue their events go to."""
+def kept_in(store: Store) -> Seen:
+    """An event into `store` (the pods' stores; an episode's is episode_seen)."""
+
+    def seen(_: OperatorContext, type: str | None, body: Manifest) -> None:
+        if type == "DELETED":
+            store.remove(body)
+        else:
+            store.put(body)
+
+    return seen
+
+
+class Watches:
+    """The informers, and the work queue their events go to."""
 
     def __init__(self, ctx: OperatorContext) -> None:
         self.queue = WorkQueue(WORKERS)
+        # Host pods are read from the API server when a host is reconciled: their store only lets a listing
+        # find what a watch gap hid.
+        self.host_pods = Store(keep=slim_pod)
         scopes = watched_namespaces(ctx.namespaces)
         self.informers = [
             Informer(
@@ -47,8 +67,9 @@ class EpisodeWatches:
                 handle=self.handler(ctx, kind.plural, seen, handle),
             )
             for kind, labels, store, seen, handle in (
-                (POD, SANDBOX_PODS, ctx.pods, pod_seen, episode_pod_changed),
+                (POD, SANDBOX_CHILDREN, ctx.pods, kept_in(ctx.pods), episode_pod_changed),
                 (EPISODE, "", ctx.episodes, episode_seen, episode_event),
+                (POD, HOST_CHILDREN, self.host_pods, kept_in(self.host_pods), host_pod_changed),
             )
             for scope in scopes
         ]
@@ -88,17 +109,17 @@ def watched_namespaces(namespaces: tuple[str, ...]) -> list[str | None]:
 
 
 @kopf.on.startup()
-@observed("episode_watches_start")
-def start_episode_watches(memo: kopf.Memo, **_: Any) -> None:
+@observed("watches_start")
+def start_watches(memo: kopf.Memo, **_: Any) -> None:
     ctx: OperatorContext = memo.context
-    watches = EpisodeWatches(ctx)
+    watches = Watches(ctx)
     watches.start()
-    memo.episode_watches = watches
+    memo.watches = watches
     LOG.info("watching episodes and their pods: %d listed, %d pods", len(ctx.episodes), len(ctx.pods))
 
 
 @kopf.on.cleanup()
-def stop_episode_watches(memo: kopf.Memo, **_: Any) -> None:
-    watches: EpisodeWatches | None = getattr(memo, "episode_watches", None)
+def stop_watches(memo: kopf.Memo, **_: Any) -> None:
+    watches: Watches | None = getattr(memo, "watches", None)
     if watches is not None:
         watches.stop()
