@@ -228,6 +228,7 @@ class PhaseResult:
     create_seconds: float = 0.0
     fifo_inversions: int | None = None
     steady: tuple[int, int] | None = None  # (writes, reads) in --steady seconds once all were Ready
+    steady_writes: Counter[str] = field(default_factory=Counter)  # those writes, by kind
 
     @property
     def latencies(self) -> list[float]:
@@ -361,6 +362,7 @@ def operator_phase(run: Run, namespace: str, operator: Child, hosts: list[dict[s
     result.fifo_inversions = fifo_inversions(names, len(hosts), watcher.admitted)
     steady_writes = writes_between(requests_ready, requests_steady)
     result.steady = (sum(steady_writes.values()), reads_between(requests_ready, requests_steady))
+    result.steady_writes = steady_writes
     return result
 
 
@@ -485,6 +487,8 @@ def report(
     print(f"{'FIFO inversions (admittedAt, per host)':<40} {op.fifo_inversions:>10}")
     writes, reads = op.steady or (None, None)
     print(f"{'steady state: writes, reads (not watches)':<40} {writes!s:>10} {reads!s:>10}")
+    if op.steady_writes:
+        print(f"  steady-state writes: {dict(op.steady_writes)}")
     print()
     print("operator writes during the episode phase, per episode:")
     for key, count in op.writes.most_common():

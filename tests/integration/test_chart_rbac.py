@@ -41,7 +41,7 @@ AUDIT_NAMESPACE = "gymsandbox-rbac-audit"
 AUDIT_PREFIXES = ("ra", "rb")  # namespaces of the child runs; no other operator watches them
 RBAC_TEMPLATE = CHART / "templates" / "rbac.yaml"
 CHILD_TIMEOUT = 600
-CHILD_HOST_WAIT_SECONDS = 20  # hosts reach their reason in seconds; without a rule, never
+CHILD_HOST_WAIT_SECONDS = 10  # hosts reach their reason in one to three seconds; without a rule, never
 
 
 @dataclass(frozen=True)

@@ -59,8 +59,10 @@ from gymsandbox.status.episode import EpisodeObservation, EpisodeVerdict, comput
 LOG = logging.getLogger("gymsandbox")
 # How often each host's episodes are reaped and admitted even without events.
 REAP_SECONDS = 2.0
-# A pod's progress towards Ready (scheduled, pulling, creating) is written once it has lasted this long.
-PROGRESS_SECONDS = 1.0
+# A pod's progress towards Ready (scheduled, pulling, creating) is written once it has lasted this long: a
+# pod that starts within it (a cached image on a warm node; a gVisor sandbox takes 1-3 s) costs no third
+# status write, one that takes longer (an image pull, a node busy with a burst) shows where it is.
+PROGRESS_SECONDS = 5.0
 
 
 def episode_status(
