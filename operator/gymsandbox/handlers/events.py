@@ -15,7 +15,9 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from gymsandbox.handlers.kube import EVENT, Kube, api_outage, api_refusal
+from kubernetes.client.exceptions import ApiException
+
+from gymsandbox.handlers.kube import EVENT, Kube, api_outage, api_refusal, namespace_terminating
 
 LOG = logging.getLogger("gymsandbox")
 COMPONENT = "gymsandbox-operator"
@@ -80,12 +82,14 @@ class EventPoster:
         try:
             kube.create(EVENT, event)
         except Exception as e:
-            problem = api_outage(e) or api_refusal(e)
-            if problem is None:
+            why = why_not_posted(e)
+            if why is None:
                 LOG.error("posting the event %s failed", event["reason"], exc_info=e)
             else:
+                level, problem = why
                 about = event["involvedObject"]
-                LOG.warning(
+                LOG.log(
+                    level,
                     "the event %s about %s %s/%s was not posted: %s",
                     event["reason"],
                     about["kind"],
@@ -93,3 +97,12 @@ class EventPoster:
                     about["name"],
                     problem,
                 )
+
+
+def why_not_posted(error: BaseException) -> tuple[int, str] | None:
+    """How loudly to log an event the API server did not take, and why; None when the failure is unexpected.
+    An event into a namespace being deleted (or gone) is expected: its object goes with it."""
+    if isinstance(error, ApiException) and (namespace_terminating(error) or error.status == 404):
+        return logging.DEBUG, "its namespace is being deleted"
+    problem = api_outage(error) or api_refusal(error)
+    return None if problem is None else (logging.WARNING, problem)
