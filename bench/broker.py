@@ -478,7 +478,7 @@ def measure(run: Run, pods: dict[str, str]) -> None:
                 args.concurrency,
                 args.phase_timeout,
             )
-        rss = common.peak_rss_mib(run.broker.process) if run.broker else None
+        rss = common.resident_mib(run.broker.process) if run.broker else None
         log(f"broker phase: {len(broker.samples)} answered, {broker.error_count} errors")
         if broker.error_count:
             show_broker_problems(run)

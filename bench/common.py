@@ -303,13 +303,14 @@ class Child:
                 self.process.wait(timeout=20)
 
 
-def peak_rss_mib(process: subprocess.Popen[bytes]) -> float | None:
-    """The process's peak resident set size (VmHWM) in MiB; None once it is gone."""
+def resident_mib(process: subprocess.Popen[bytes], field: str = "VmHWM") -> float | None:
+    """The process's peak resident set size (VmHWM; field="VmRSS": its current one) in MiB; None once
+    it is gone."""
     try:
         status = Path(f"/proc/{process.pid}/status").read_text()
     except OSError:
         return None
-    match = re.search(r"^VmHWM:\s+(\d+) kB", status, re.MULTILINE)
+    match = re.search(rf"^{field}:\s+(\d+) kB", status, re.MULTILINE)
     return int(match.group(1)) / 1024 if match else None
 
 

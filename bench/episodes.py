@@ -229,6 +229,7 @@ class PhaseResult:
     fifo_inversions: int | None = None
     steady: tuple[int, int] | None = None  # (writes, reads) in --steady seconds once all were Ready
     steady_writes: Counter[str] = field(default_factory=Counter)  # those writes, by kind
+    steady_reads: Counter[str] = field(default_factory=Counter)  # those reads, by kind
 
     @property
     def latencies(self) -> list[float]:
@@ -273,8 +274,13 @@ def writes_between(before: Counter[tuple[str, str]], after: Counter[tuple[str, s
     return writes
 
 
-def reads_between(before: Counter[tuple[str, str]], after: Counter[tuple[str, str]]) -> int:
-    return sum(count for (verb, _), count in (after - before).items() if verb in READ_VERBS)
+def reads_between(before: Counter[tuple[str, str]], after: Counter[tuple[str, str]]) -> Counter[str]:
+    """Read requests (a listing's pages each count) made between two counts, keyed `verb resource`."""
+    reads: Counter[str] = Counter()
+    for (verb, resource), count in (after - before).items():
+        if verb in READ_VERBS:
+            reads[f"{verb} {resource}"] += count
+    return reads
 
 
 def kopf_patches(log_text: str) -> Counter[str]:
@@ -361,8 +367,9 @@ def operator_phase(run: Run, namespace: str, operator: Child, hosts: list[dict[s
     result = PhaseResult(sent, dict(watcher.ready), dict(watcher.reasons), writes, created)
     result.fifo_inversions = fifo_inversions(names, len(hosts), watcher.admitted)
     steady_writes = writes_between(requests_ready, requests_steady)
-    result.steady = (sum(steady_writes.values()), reads_between(requests_ready, requests_steady))
-    result.steady_writes = steady_writes
+    steady_reads = reads_between(requests_ready, requests_steady)
+    result.steady = (sum(steady_writes.values()), sum(steady_reads.values()))
+    result.steady_writes, result.steady_reads = steady_writes, steady_reads
     return result
 
 
@@ -483,12 +490,15 @@ def report(
     common.print_ratio_table(COLUMNS, [(label, a, b, 3) for label, a, b in rows])
     print(f"{'operator peak RSS, VmHWM (MiB)':<40} {common.fmt(usage.get('peak'), 1):>10}")
     print(f"{'  peak by the last Ready (MiB)':<40} {common.fmt(usage.get('at_ready'), 1):>10}")
+    print(f"{'  resident after --steady (MiB)':<40} {common.fmt(usage.get('steady'), 1):>10}")
     print(f"{'operator CPU per episode (ms)':<40} {common.fmt(usage.get('cpu_ms_per_episode'), 1):>10}")
     print(f"{'FIFO inversions (admittedAt, per host)':<40} {op.fifo_inversions:>10}")
     writes, reads = op.steady or (None, None)
     print(f"{'steady state: writes, reads (not watches)':<40} {writes!s:>10} {reads!s:>10}")
     if op.steady_writes:
         print(f"  steady-state writes: {dict(op.steady_writes)}")
+    if op.steady_reads:
+        print(f"  steady-state reads: {dict(op.steady_reads)}")
     print()
     print("operator writes during the episode phase, per episode:")
     for key, count in op.writes.most_common():
@@ -504,6 +514,7 @@ def report(
         "ready": {"operator": op.ready_count, "baseline": base.ready_count},
         "operator_peak_rss_mib": usage.get("peak"),
         "operator_rss_at_ready_mib": usage.get("at_ready"),
+        "operator_rss_after_steady_mib": usage.get("steady"),
         "operator_cpu_ms_per_episode": usage.get("cpu_ms_per_episode"),
         "operator_writes": dict(op.writes),
         "not_ready": {"operator": dict(op.not_ready()), "baseline": dict(base.not_ready())},
@@ -536,7 +547,7 @@ class Run(common.BenchRun):
 
     def stop_operator(self) -> None:
         if self.operator is not None:
-            self.usage["peak"] = common.peak_rss_mib(self.operator.process)
+            self.usage["peak"] = common.resident_mib(self.operator.process)
             self.operator.stop(grace=OPERATOR_STOP_GRACE)
             self.operator = None
 
@@ -571,7 +582,8 @@ def phase_one(run: Run) -> PhaseResult:
     log(f"{len(hosts)} GymHost(s) Ready; creating episodes")
     cpu_before = common.cpu_seconds(run.operator.process)
     result = operator_phase(run, namespace, run.operator, hosts)
-    run.usage["at_ready"] = common.peak_rss_mib(run.operator.process)
+    run.usage["at_ready"] = common.resident_mib(run.operator.process)
+    run.usage["steady"] = common.resident_mib(run.operator.process, field="VmRSS")
     cpu_after = common.cpu_seconds(run.operator.process)
     if cpu_before is not None and cpu_after is not None:
         run.usage["cpu_ms_per_episode"] = (cpu_after - cpu_before) * 1000 / args.n

@@ -1,4 +1,4 @@
-"""The stores the watches feed: newest version wins, deletions stick, a listing prunes what was missed."""
+"""The stores the watches feed: newest version wins, deletions stick."""
 
 from __future__ import annotations
 
@@ -60,17 +60,6 @@ def test_a_deleted_object_is_not_brought_back_by_a_late_answer() -> None:
     assert store.group("ns", "h1") == []
     store.put(episode("a", "u9", 4))  # a new episode of the same name is another object
     assert (store.get("ns", "a") or {})["metadata"]["uid"] == "u9"
-
-
-def test_a_listing_prunes_what_the_watch_missed_but_not_what_came_after_it() -> None:
-    store = Store(host_of)
-    store.put(episode("gone", "u1", 1))
-    store.put(episode("kept", "u2", 1))
-    since = time.monotonic()
-    store.put(episode("newer", "u3", 9))  # created after the listing started: not in it
-    store.prune("ns", "h1", [episode("kept", "u2", 2)], since)
-    assert sorted(e["metadata"]["name"] for e in store.group("ns", "h1")) == ["kept", "newer"]
-    assert (store.get("ns", "kept") or {})["metadata"]["resourceVersion"] == "2"
 
 
 def test_later_calls_once_per_key_and_the_earliest_wins() -> None:

@@ -286,7 +286,7 @@ def episodes_tick(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     ctx.hosts.put(host)
     namespace = str(body.metadata.namespace)
     sweep = ctx.due(f"sweep/{body.metadata.uid}", RESYNC_SECONDS)
-    for name in sync_host_episodes(ctx, host, now(), sweep=sweep, relist=sweep, retry=True):
+    for name in sync_host_episodes(ctx, host, now(), sweep=sweep, retry=True):
         refresh_episode(ctx, namespace, name)
     if ctx.due(f"drift/{namespace}", RESYNC_SECONDS):  # one pass covers every host of the namespace
         for name in episodes_needing_repair(ctx, namespace):

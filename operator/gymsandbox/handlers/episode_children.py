@@ -44,7 +44,6 @@ from gymsandbox.handlers.kube import (
     Kube,
 )
 from gymsandbox.handlers.leases import ensure_lease_secret, secret_token
-from gymsandbox.handlers.store import slim_pod
 from gymsandbox.leases import Claims, Kind, Scope
 from gymsandbox.policy.admission import Refusal
 from gymsandbox.policy.egress import EgressError, EgressTarget, ResolutionError, egress_targets, resolve
@@ -214,21 +213,20 @@ def egress_targets_of(spec: EpisodeSandboxSpec) -> list[EgressTarget]:
 def episodes_needing_repair(ctx: OperatorContext, namespace: str) -> list[str]:
     """Admitted episodes whose Secret, NetworkPolicy or Pod is missing, or whose NetworkPolicy was edited, or
     whose pod still waits for its sandbox (the kubelet's reason is in an event, which no watch here sees), or
-    whose stored Ready no longer matches its pod (a pod event was lost): three label-selected lists per
-    namespace (whatever its number of hosts) instead of a full reconcile of every episode. This pass is what
+    whose stored Ready no longer matches its pod: two label-selected lists per namespace (whatever its
+    number of hosts) and the pod store, instead of a full reconcile of every episode. This pass is what
     makes status level-triggered; the pod events only make it sooner. What was remembered of the children
     of an episode with a child missing, edited or with a changed token is forgotten (a stale Ready alone is
-    written from the pod as listed: in a backlog of pod events it is common, and its children are sound)."""
-    kube = ctx.kube
+    written from the pod as stored: in a backlog of pod events it is common, and its children are sound)."""
     episodes = [
         e
         for host in ctx.hosts.in_namespace(namespace)
         if not host["metadata"].get("deletionTimestamp")
-        for e in host_episodes(ctx, host, relist=False)
+        for e in host_episodes(ctx, host)
         if (e.get("status") or {}).get("admittedAt") and not e["metadata"].get("deletionTimestamp")
     ]
     since = time.monotonic()
-    present, pods, tokens = children_seen(kube, namespace, now())
+    present, pods, tokens = children_seen(ctx, namespace, now())
     # An episode reconciled while the lists ran is left to that reconcile: its children may have been made
     # between two lists (under load, admitted and half-made is what a listing then sees).
     episodes = [e for e in episodes if not ctx.locks.busy_since(e["metadata"]["uid"], since)]
@@ -248,42 +246,39 @@ def episodes_needing_repair(ctx: OperatorContext, namespace: str) -> list[str]:
         or ready_is_stale(e.get("status") or {}, pods[label_value(e["metadata"]["name"])])
     ]
     for episode in repair:
-        if episode["metadata"]["uid"] in broken_uids:  # a stale Ready alone needs only the pod as listed
+        if episode["metadata"]["uid"] in broken_uids:  # a stale Ready alone needs only the pod as stored
             ctx.children.pop(episode["metadata"]["uid"], None)
-        pod = pods.get(label_value(episode["metadata"]["name"]))
-        if pod is None:
-            stale = ctx.pods.get(namespace, episode_pod_name(owner_of(episode)))
-            if stale is not None:
-                ctx.pods.remove(stale)  # gone unseen
-        else:
-            ctx.pods.put(pod)
     return [e["metadata"]["name"] for e in repair]
 
 
 def children_seen(
-    kube: Kube, namespace: str, moment: datetime
+    ctx: OperatorContext, namespace: str, moment: datetime
 ) -> tuple[list[set[str]], dict[str, Manifest], dict[str, str | None]]:
-    """From paged lists of the namespace's episode Secrets, NetworkPolicies and Pods (orphans among them
-    ended): for each kind, the episode labels whose child is there and sound; the pods by episode label (as
-    the pod store holds them); the lease tokens by episode label."""
+    """From paged lists of the namespace's episode Secrets and NetworkPolicies, and its sandbox pods as their
+    watch keeps them (a gap it cannot resume is listed again: handlers/informer.py), orphans among them
+    ended: for each kind, the episode labels whose child is there and sound; the pods by episode label; the
+    lease tokens by episode label."""
     present: list[set[str]] = []
-    pods: dict[str, Manifest] = {}
     tokens: dict[str, str | None] = {}
-    for kind in (SECRET, NETWORK_POLICY, POD):
+    for kind in (SECRET, NETWORK_POLICY):
         present.append(set())
-        for children in kube.pages(kind, namespace, labels=SANDBOX_CHILDREN):
-            end_orphans(kube, kind, namespace, children)
+        for children in ctx.kube.pages(kind, namespace, labels=SANDBOX_CHILDREN):
+            end_orphans(ctx.kube, kind, namespace, children)
             for child in children:
-                label = (child["metadata"].get("labels") or {}).get(LABEL_EPISODE, "")
-                if kind is POD:
-                    pods[label] = slim_pod(child)
+                label = episode_label(child)
                 if kind is SECRET:
                     tokens[label] = secret_token(child)
-                if not (kind is NETWORK_POLICY and edited(child)) and not (
-                    kind is POD and sandbox_overdue(child, moment)
-                ):
+                if not (kind is NETWORK_POLICY and edited(child)):
                     present[-1].add(label)
+    stored = ctx.pods.in_namespace(namespace)
+    end_orphans(ctx.kube, POD, namespace, stored)
+    pods = {episode_label(pod): pod for pod in stored}
+    present.append({label for label, pod in pods.items() if not sandbox_overdue(pod, moment)})
     return present, pods, tokens
+
+
+def episode_label(child: Manifest) -> str:
+    return str((child["metadata"].get("labels") or {}).get(LABEL_EPISODE, ""))
 
 
 def owner_of(episode: Mapping[str, Any]) -> Owner:

@@ -9,7 +9,6 @@ before any child exists: a restart that loses an unwritten decision loses nothin
 from __future__ import annotations
 
 import math
-import time
 from collections import Counter as Tally
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -204,17 +203,11 @@ def planned_slot(ctx: OperatorContext, episode: Mapping[str, Any], host: Manifes
     return value
 
 
-def host_episodes(ctx: OperatorContext, host: Manifest, *, relist: bool) -> list[Manifest]:
-    """The host's episodes from the store; with `relist`, checked against a listing first (a deletion the
-    watch missed must not hold a slot forever)."""
+def host_episodes(ctx: OperatorContext, host: Manifest) -> list[Manifest]:
+    """The host's episodes from the store (its watch lists them again after a gap it cannot resume, and a
+    deletion the gap hid is then seen: handlers/informer.py)."""
     meta = host["metadata"]
-    namespace, name = meta["namespace"], meta["name"]
-    if relist:
-        since = time.monotonic()
-        ctx.episodes.prune(
-            namespace, name, ctx.kube.list(EPISODE, namespace, fields=f"spec.hostRef.name={name}"), since
-        )
-    return [e for e in ctx.episodes.group(namespace, name) if belongs_to(e, meta["uid"])]
+    return [e for e in ctx.episodes.group(meta["namespace"], meta["name"]) if belongs_to(e, meta["uid"])]
 
 
 def sync_host_episodes(
@@ -223,13 +216,12 @@ def sync_host_episodes(
     moment: datetime,
     *,
     sweep: bool = False,
-    relist: bool = False,
     retry: bool = False,
     ticket: int | None = None,
 ) -> list[str]:
     """Reap, admit in FIFO order, number the queue and count, for one host. Returns the episodes to refresh
     (admitted, renewed or timed out just now; with `retry`, also those whose last reconcile did not finish:
-    an admission not written yet, a spec not observed yet). `relist`: check the store against a listing.
+    an admission not written yet, a spec not observed yet).
 
     Sandbox pods running without an open episode hold slots (and are ended). They are looked for on `sweep`
     (an episode deleted, a resync), while an episode is closing, and until the last one seen is gone."""
@@ -243,7 +235,7 @@ def sync_host_episodes(
         if ticket is not None and ctx.plans.covered(uid, ticket):
             return []  # a run begun after this request has planned from what the request saw
         covers = ctx.plans.begin(uid)
-        by_name = {e["metadata"]["name"]: e for e in host_episodes(ctx, host, relist=relist)}
+        by_name = {e["metadata"]["name"]: e for e in host_episodes(ctx, host)}
         seen = {name: planned_slot(ctx, e, host) for name, e in by_name.items()}
         slots = {name: p.slot for name, p in seen.items()}
         if sweep or ctx.lingering.get(uid) or any(s.closing for s in slots.values()):

@@ -4,15 +4,15 @@ Each store is fed by a watch (handlers/watches.py for episodes and their pods, a
 function for hosts: both list before any handler runs, so no handler decides from a partial picture), by
 the DELETED events, and by the answers to the operator's own writes (a decision sees what was just written
 before its watch event arrives). A body is replaced only by a newer resourceVersion; a deleted object's uid
-is remembered for a while, so a late answer cannot bring it back. `prune` drops what a listing no longer
-shows (a deletion lost in a watch gap).
+is remembered for a while, so a late answer cannot bring it back. A deletion lost in a watch gap is the
+watch's to find: it lists again and hands on what the listing no longer shows (handlers/informer.py).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 from gymsandbox.desired.owner import Manifest
@@ -125,18 +125,6 @@ class Store:
         """The objects of one namespace (None: of all)."""
         with self._lock:
             return [obj for (ns, _), obj in sorted(self._objects.items()) if namespace in (None, ns)]
-
-    def prune(self, namespace: str, group: str, listed: Iterable[Mapping[str, Any]], since: float) -> None:
-        """`listed` is the group as a listing started at `since` (monotonic) saw it: what was put before
-        then and is not in it was deleted unseen."""
-        uids = {item["metadata"]["uid"] for item in listed}
-        with self._lock:
-            for name in list(self._groups.get((namespace, group), set())):
-                key = (namespace, name)
-                if self._objects[key]["metadata"].get("uid") not in uids and self._seen[key] < since:
-                    self._unlink(key)
-        for item in listed:
-            self.put(item)
 
     def __len__(self) -> int:
         with self._lock:
