@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from gymsandbox.handlers.context import Later, host_of
-from gymsandbox.handlers.store import Store, slim_pod
+from gymsandbox.handlers.store import Store, slim_pod, slim_secret
 
 
 def episode(name: str, uid: str, version: int, host: str = "h1", **status: Any) -> dict[str, Any]:
@@ -100,3 +100,19 @@ def test_in_namespace_lists_every_group_of_that_namespace_only() -> None:
     other["metadata"]["namespace"] = "elsewhere"
     store.put(other)
     assert [e["metadata"]["name"] for e in store.in_namespace("ns")] == ["a", "b"]
+
+
+def test_a_stored_secret_keeps_its_metadata_and_data_only() -> None:
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "ep-lease", "namespace": "ns", "uid": "u1", "managedFields": [{"manager": "x"}]},
+        "type": "Opaque",
+        "data": {"token": "dG9rZW4="},
+    }
+    kept = slim_secret(secret)
+    assert kept == {
+        "metadata": {"name": "ep-lease", "namespace": "ns", "uid": "u1"},
+        "data": {"token": "dG9rZW4="},
+    }
+    assert slim_secret(kept) == kept

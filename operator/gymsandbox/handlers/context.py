@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from gymsandbox.handlers.events import EventPoster
 from gymsandbox.handlers.kube import Kube
-from gymsandbox.handlers.store import Store, slim_pod
+from gymsandbox.handlers.store import Store, slim_pod, slim_secret
 from gymsandbox.leases import SigningKey
 from gymsandbox.policy.cluster import ClusterPolicy
 from gymsandbox.policy.egress import BoundedResolver, Resolver
@@ -164,6 +164,7 @@ class Made:
 
     lease: tuple[Any, str, str] | None = None  # what its token is for, the Secret's name, the token
     policy: str | None = None  # the NetworkPolicy's template hash
+    since: float = field(default_factory=time.monotonic)  # when this process first made or checked them
 
 
 @dataclass(frozen=True)
@@ -184,6 +185,8 @@ class OperatorContext:
     # What the watches have seen (handlers/store.py): episodes by host, sandbox pods, hosts.
     episodes: Store = field(default_factory=lambda: Store(host_of))
     pods: Store = field(default_factory=lambda: Store(keep=slim_pod))
+    secrets: Store = field(default_factory=lambda: Store(keep=slim_secret))  # episodes' lease Secrets
+    policies: Store = field(default_factory=Store)  # episodes' NetworkPolicies
     hosts: Store = field(default_factory=Store)
     # Per episode uid: admissions decided and not yet in its status (the planner counts them as holding).
     admissions: dict[str, Admission] = field(default_factory=dict)

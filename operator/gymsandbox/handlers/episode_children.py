@@ -18,7 +18,6 @@ from gymsandbox.api.conditions import Reason
 from gymsandbox.api.episode import EpisodeSandboxSpec
 from gymsandbox.api.gymhost import Egress
 from gymsandbox.api.names import LABEL_EPISODE
-from gymsandbox.desired.labels import SANDBOX_CHILDREN
 from gymsandbox.desired.names import label_value
 from gymsandbox.desired.networkpolicy import egress_policy, episode_egress_rules
 from gymsandbox.desired.owner import TEMPLATE_HASH_ANNOTATION, Manifest, Owner, template_hash
@@ -56,6 +55,9 @@ KIND: Kind = "EpisodeSandbox"
 RUNTIME_CLASS_SECONDS = 10.0
 # A GymHost in the store is read from the API instead once its entry is this old (its timer refreshes it).
 HOST_STALE_SECONDS = 10.0
+# Children made this recently are not judged missing by the drift pass: their watch events may be on the way
+# (a burst delays them by seconds).
+WATCH_LAG_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -213,8 +215,8 @@ def egress_targets_of(spec: EpisodeSandboxSpec) -> list[EgressTarget]:
 def episodes_needing_repair(ctx: OperatorContext, namespace: str) -> list[str]:
     """Admitted episodes whose Secret, NetworkPolicy or Pod is missing, or whose NetworkPolicy was edited, or
     whose pod still waits for its sandbox (the kubelet's reason is in an event, which no watch here sees), or
-    whose stored Ready no longer matches its pod: two label-selected lists per namespace (whatever its
-    number of hosts) and the pod store, instead of a full reconcile of every episode. This pass is what
+    whose stored Ready no longer matches its pod: from the stores the children's watches keep (whatever the
+    number of episodes, no request), instead of a full reconcile of every episode. This pass is what
     makes status level-triggered; the pod events only make it sooner. What was remembered of the children
     of an episode with a child missing, edited or with a changed token is forgotten (a stale Ready alone is
     written from the pod as stored: in a backlog of pod events it is common, and its children are sound)."""
@@ -227,15 +229,17 @@ def episodes_needing_repair(ctx: OperatorContext, namespace: str) -> list[str]:
     ]
     since = time.monotonic()
     present, pods, tokens = children_seen(ctx, namespace, now())
-    # An episode reconciled while the lists ran is left to that reconcile: its children may have been made
-    # between two lists (under load, admitted and half-made is what a listing then sees).
+    # An episode reconciled meanwhile is left to that reconcile (under load, admitted and half-made is what
+    # the stores then show).
     episodes = [e for e in episodes if not ctx.locks.busy_since(e["metadata"]["uid"], since)]
 
     def broken(episode: Manifest) -> bool:
         label = label_value(episode["metadata"]["name"])
+        made = ctx.children.get(episode["metadata"]["uid"])
+        if made is not None and time.monotonic() - made.since < WATCH_LAG_SECONDS:
+            return False  # made just now: their watches may not have told of them yet
         if any(label not in names for names in present):
             return True
-        made = ctx.children.get(episode["metadata"]["uid"])
         return made is not None and made.lease is not None and tokens.get(label) != made.lease[2]
 
     broken_uids = {e["metadata"]["uid"] for e in episodes if broken(e)}
@@ -254,26 +258,22 @@ def episodes_needing_repair(ctx: OperatorContext, namespace: str) -> list[str]:
 def children_seen(
     ctx: OperatorContext, namespace: str, moment: datetime
 ) -> tuple[list[set[str]], dict[str, Manifest], dict[str, str | None]]:
-    """From paged lists of the namespace's episode Secrets and NetworkPolicies, and its sandbox pods as their
-    watch keeps them (a gap it cannot resume is listed again: handlers/informer.py), orphans among them
-    ended: for each kind, the episode labels whose child is there and sound; the pods by episode label; the
-    lease tokens by episode label."""
-    present: list[set[str]] = []
-    tokens: dict[str, str | None] = {}
-    for kind in (SECRET, NETWORK_POLICY):
-        present.append(set())
-        for children in ctx.kube.pages(kind, namespace, labels=SANDBOX_CHILDREN):
-            end_orphans(ctx.kube, kind, namespace, children)
-            for child in children:
-                label = episode_label(child)
-                if kind is SECRET:
-                    tokens[label] = secret_token(child)
-                if not (kind is NETWORK_POLICY and edited(child)):
-                    present[-1].add(label)
-    stored = ctx.pods.in_namespace(namespace)
-    end_orphans(ctx.kube, POD, namespace, stored)
-    pods = {episode_label(pod): pod for pod in stored}
-    present.append({label for label, pod in pods.items() if not sandbox_overdue(pod, moment)})
+    """The namespace's episode Secrets, NetworkPolicies and sandbox pods as their watches keep them (a gap a
+    watch cannot resume is listed again: handlers/informer.py), orphans among them ended: for each kind, the
+    episode labels whose child is there and sound; the pods by episode label; the lease tokens by episode
+    label."""
+    secrets, policies, stored_pods = (
+        store.in_namespace(namespace) for store in (ctx.secrets, ctx.policies, ctx.pods)
+    )
+    for kind, children in ((SECRET, secrets), (NETWORK_POLICY, policies), (POD, stored_pods)):
+        end_orphans(ctx.kube, kind, namespace, children)
+    tokens = {episode_label(secret): secret_token(secret) for secret in secrets}
+    pods = {episode_label(pod): pod for pod in stored_pods}
+    present = [
+        set(tokens),
+        {episode_label(policy) for policy in policies if not edited(policy)},
+        {label for label, pod in pods.items() if not sandbox_overdue(pod, moment)},
+    ]
     return present, pods, tokens
 
 

@@ -1,4 +1,4 @@
-"""The watches kept off kopf (episodes and the operator's pods), and the work queue they feed.
+"""The watches kept off kopf (episodes and the operator's children), and the work queue they feed.
 
 kopf spends about 1.7 ms of its event loop on every event of every object it watches (its indexes, its cause
 detection, a task per object), and keeps a backlog of whole events per object: in a burst of episodes that

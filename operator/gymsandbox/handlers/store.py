@@ -46,6 +46,12 @@ def slim_pod(body: Mapping[str, Any]) -> Manifest:
     return {**pod, "spec": {key: spec[key] for key in POD_SPEC_KEPT if key in spec}}
 
 
+def slim_secret(body: Mapping[str, Any]) -> Manifest:
+    """A lease Secret as the drift pass reads it: its metadata and its data (the token), nothing else."""
+    secret = slim(body)
+    return {"metadata": secret["metadata"], "data": dict(body.get("data") or {})}
+
+
 def newer(candidate: Mapping[str, Any], current: Mapping[str, Any]) -> bool:
     """resourceVersions are etcd revisions; an unparsable one is taken as newer (the API server's word)."""
     a, b = candidate["metadata"].get("resourceVersion"), current["metadata"].get("resourceVersion")

@@ -1,5 +1,6 @@
-"""The watches kept off kopf (handlers/informer.py): episodes, their sandbox pods and the hosts' pods,
-started when the operator starts. kopf watches only GymHosts and namespaces.
+"""The watches kept off kopf (handlers/informer.py): episodes, their sandbox pods, lease Secrets and
+NetworkPolicies (these two only stored, for the drift pass) and the hosts' pods, started when the operator
+starts. kopf watches only GymHosts and namespaces.
 
 kopf filters an event handler's labels on its side: a handler of host pods made it watch, and decode,
 every pod of the namespace, each sandbox pod's four or so events included (a third of the operator's CPU
@@ -27,7 +28,7 @@ from gymsandbox.handlers.context import WORKERS, OperatorContext
 from gymsandbox.handlers.episode import episode_event, episode_pod_changed, episode_seen
 from gymsandbox.handlers.gymhost import host_pod_changed
 from gymsandbox.handlers.informer import Handle, Informer, WorkQueue
-from gymsandbox.handlers.kube import EPISODE, POD
+from gymsandbox.handlers.kube import EPISODE, NETWORK_POLICY, POD, SECRET
 from gymsandbox.handlers.store import Store, slim_pod
 
 LOG = logging.getLogger("gymsandbox")
@@ -70,20 +71,24 @@ class Watches:
                 (POD, SANDBOX_CHILDREN, ctx.pods, kept_in(ctx.pods), episode_pod_changed),
                 (EPISODE, "", ctx.episodes, episode_seen, episode_event),
                 (POD, HOST_CHILDREN, self.host_pods, kept_in(self.host_pods), host_pod_changed),
+                # Only stored: the drift pass reads them (handlers/episode_children.py).
+                (SECRET, SANDBOX_CHILDREN, ctx.secrets, kept_in(ctx.secrets), None),
+                (NETWORK_POLICY, SANDBOX_CHILDREN, ctx.policies, kept_in(ctx.policies), None),
             )
             for scope in scopes
         ]
 
-    def handler(self, ctx: OperatorContext, plural: str, seen: Seen, handle: Seen) -> Handle:
-        """Into the store at once, in the watch's thread; then the handler, on the queue."""
-        then = partial(handle, ctx)
+    def handler(self, ctx: OperatorContext, plural: str, seen: Seen, handle: Seen | None) -> Handle:
+        """Into the store at once, in the watch's thread; then the handler, if any, on the queue."""
+        then = None if handle is None else partial(handle, ctx)
 
         def on_event(type: str | None, body: Manifest) -> None:
             meta = body.get("metadata") or {}
             if not meta.get("uid") or not ctx.watches(str(meta.get("namespace"))):
                 return
             seen(ctx, type, body)
-            self.queue.add(f"{plural}/{meta['uid']}", type, body, then)
+            if then is not None:
+                self.queue.add(f"{plural}/{meta['uid']}", type, body, then)
 
         return on_event
 
@@ -115,7 +120,13 @@ def start_watches(memo: kopf.Memo, **_: Any) -> None:
     watches = Watches(ctx)
     watches.start()
     memo.watches = watches
-    LOG.info("watching episodes and their pods: %d listed, %d pods", len(ctx.episodes), len(ctx.pods))
+    LOG.info(
+        "watching episodes and their children: %d listed, %d pods, %d Secrets, %d NetworkPolicies",
+        len(ctx.episodes),
+        len(ctx.pods),
+        len(ctx.secrets),
+        len(ctx.policies),
+    )
 
 
 @kopf.on.cleanup()
