@@ -4,6 +4,8 @@ writes one (as an admin patching status would), and no event follows it."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from kubernetes import client
 
@@ -74,3 +76,28 @@ def test_children_deleted_under_each_host_of_a_namespace_come_back(
         return secret.metadata.uid != uids["secret"] and policy.metadata.uid != uids["policy"]
 
     eventually(made_again, timeout=4 * float(RESYNC_SECONDS), what="both deleted children made again")
+
+
+def test_an_episodes_edited_network_policy_is_restored_by_the_drift_pass(
+    cluster: Cluster, operator: OperatorProcess, namespace: str, hosts: Hosts, api_client: client.ApiClient
+) -> None:
+    claim, host = sample()
+    apply(cluster, namespace, claim, host)
+    hosts.wait_reason(HOST, "HostReady")
+    episodes = Episodes(api_client, namespace)
+    episodes.create(episode("opened"))
+    episodes.wait_ready("opened")
+    networking = client.NetworkingV1Api(api_client)
+
+    def rules() -> list[Any]:
+        return networking.read_namespaced_network_policy("opened-egress", namespace).spec.egress or []
+
+    made = rules()
+    networking.patch_namespaced_network_policy("opened-egress", namespace, {"spec": {"egress": [{}]}})
+    assert any(not rule.to for rule in rules())  # one empty rule: every destination
+    # The policy's own edit is the only event, and no handler watches it: only the periodic pass sees it.
+    eventually(
+        lambda: rules() == made,
+        timeout=4 * float(RESYNC_SECONDS),
+        what="the drift pass to restore the edited NetworkPolicy",
+    )

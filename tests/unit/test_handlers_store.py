@@ -6,8 +6,9 @@ import threading
 import time
 from typing import Any
 
+from gymsandbox.desired.owner import template_hash
 from gymsandbox.handlers.context import Later, host_of
-from gymsandbox.handlers.store import Store, slim_pod, slim_secret
+from gymsandbox.handlers.store import Store, slim_network_policy, slim_pod, slim_secret
 
 
 def episode(name: str, uid: str, version: int, host: str = "h1", **status: Any) -> dict[str, Any]:
@@ -116,3 +117,13 @@ def test_a_stored_secret_keeps_its_metadata_and_data_only() -> None:
         "data": {"token": "dG9rZW4="},
     }
     assert slim_secret(kept) == kept
+
+
+def test_a_stored_network_policy_keeps_its_metadata_and_the_digest_of_its_spec() -> None:
+    spec = {"podSelector": {}, "policyTypes": ["Egress"], "egress": []}
+    policy = {"kind": "NetworkPolicy", "metadata": {"name": "ep-egress", "managedFields": []}, "spec": spec}
+    kept = slim_network_policy(policy)
+    assert kept == {"metadata": {"name": "ep-egress"}, "specDigest": template_hash(spec)}
+    assert slim_network_policy(kept) is kept
+    opened = slim_network_policy({**policy, "spec": {**spec, "egress": [{}]}})
+    assert opened["specDigest"] != kept["specDigest"]

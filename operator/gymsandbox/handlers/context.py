@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from gymsandbox.handlers.events import EventPoster
 from gymsandbox.handlers.kube import Kube
-from gymsandbox.handlers.store import Store, slim_pod, slim_secret
+from gymsandbox.handlers.store import Store, slim_network_policy, slim_pod, slim_secret
 from gymsandbox.leases import SigningKey
 from gymsandbox.policy.cluster import ClusterPolicy
 from gymsandbox.policy.egress import BoundedResolver, Resolver
@@ -182,16 +182,16 @@ class OperatorContext:
     _due_lock: threading.Lock = field(default_factory=threading.Lock)
     # Per host uid: sandbox pods still running without an open episode at the last look (each holds a slot).
     lingering: dict[str, int] = field(default_factory=dict)
-    # What the watches have seen (handlers/store.py): episodes by host, sandbox pods, hosts.
+    # What the watches have seen (handlers/store.py): episodes by host, their children, hosts.
     episodes: Store = field(default_factory=lambda: Store(host_of))
     pods: Store = field(default_factory=lambda: Store(keep=slim_pod))
     secrets: Store = field(default_factory=lambda: Store(keep=slim_secret))  # episodes' lease Secrets
-    policies: Store = field(default_factory=Store)  # episodes' NetworkPolicies
+    policies: Store = field(default_factory=lambda: Store(keep=slim_network_policy))  # episodes' egress
     hosts: Store = field(default_factory=Store)
     # Per episode uid: admissions decided and not yet in its status (the planner counts them as holding).
     admissions: dict[str, Admission] = field(default_factory=dict)
     # Per episode uid: the children this process made or checked, by kind, with their digest; a drift
-    # found by a listing forgets them, so the next reconcile looks again.
+    # found by the drift pass forgets them, so the next reconcile looks again.
     children: dict[str, Made] = field(default_factory=dict)
     later: Later = field(default_factory=Later)
     # Episode uids seen by the watch whose event handler has not run yet (it reconciles them itself).

@@ -20,7 +20,7 @@ from gymsandbox.api.gymhost import Egress
 from gymsandbox.api.names import LABEL_EPISODE
 from gymsandbox.desired.names import label_value
 from gymsandbox.desired.networkpolicy import egress_policy, episode_egress_rules
-from gymsandbox.desired.owner import TEMPLATE_HASH_ANNOTATION, Manifest, Owner, template_hash
+from gymsandbox.desired.owner import TEMPLATE_HASH_ANNOTATION, Manifest, Owner
 from gymsandbox.desired.pod import EpisodeHost, episode_pod, episode_pod_name
 from gymsandbox.handlers.common import now, parse_time, sandbox_error
 from gymsandbox.handlers.context import Made, OperatorContext
@@ -296,6 +296,6 @@ def end_orphans(kube: Kube, kind: Any, namespace: str, children: Iterable[Manife
 
 
 def edited(network_policy: Mapping[str, Any]) -> bool:
-    """The live spec no longer matches the digest it was created with."""
+    """The live spec (its digest, as the store keeps it) no longer matches the digest it was created with."""
     recorded = (network_policy["metadata"].get("annotations") or {}).get(TEMPLATE_HASH_ANNOTATION)
-    return recorded != template_hash(network_policy.get("spec"))
+    return bool(recorded != network_policy["specDigest"])

@@ -1,6 +1,6 @@
 """What the watches have seen, kept in memory, so that admission and repair read no lists.
 
-Each store is fed by a watch (handlers/watches.py for episodes and their pods, a kopf indexing
+Each store is fed by a watch (handlers/watches.py for episodes and their children, a kopf indexing
 function for hosts: both list before any handler runs, so no handler decides from a partial picture), by
 the DELETED events, and by the answers to the operator's own writes (a decision sees what was just written
 before its watch event arrives). A body is replaced only by a newer resourceVersion; a deleted object's uid
@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
-from gymsandbox.desired.owner import Manifest
+from gymsandbox.desired.owner import Manifest, template_hash
 
 # How long a deleted object's uid is remembered (a write answered after its deletion is ignored).
 TOMBSTONE_SECONDS = 600.0
@@ -50,6 +50,14 @@ def slim_secret(body: Mapping[str, Any]) -> Manifest:
     """A lease Secret as the drift pass reads it: its metadata and its data (the token), nothing else."""
     secret = slim(body)
     return {"metadata": secret["metadata"], "data": dict(body.get("data") or {})}
+
+
+def slim_network_policy(body: Mapping[str, Any]) -> Manifest:
+    """An episode's NetworkPolicy as the drift pass reads it: its metadata and its spec's digest (compared
+    with the digest it was made with, TEMPLATE_HASH_ANNOTATION), not the spec itself."""
+    if "specDigest" in body:
+        return cast(Manifest, body)
+    return {"metadata": slim(body)["metadata"], "specDigest": template_hash(body.get("spec"))}
 
 
 def newer(candidate: Mapping[str, Any], current: Mapping[str, Any]) -> bool:
