@@ -19,15 +19,23 @@ pytestmark = pytest.mark.integration
 HOST = "swe-gym-run-1"
 
 
-def test_a_ready_episode_whose_stored_status_went_stale_is_repaired_by_the_drift_pass(
-    cluster: Cluster, operator: OperatorProcess, namespace: str, hosts: Hosts, api_client: client.ApiClient
-) -> None:
+def ready_episode(
+    cluster: Cluster, namespace: str, hosts: Hosts, api_client: client.ApiClient, name: str
+) -> Episodes:
+    """The sample host, and one episode under it, Ready."""
     claim, host = sample()
     apply(cluster, namespace, claim, host)
     hosts.wait_reason(HOST, "HostReady")
     episodes = Episodes(api_client, namespace)
-    episodes.create(episode("stale"))
-    episodes.wait_ready("stale")
+    episodes.create(episode(name))
+    episodes.wait_ready(name)
+    return episodes
+
+
+def test_a_ready_episode_whose_stored_status_went_stale_is_repaired_by_the_drift_pass(
+    cluster: Cluster, operator: OperatorProcess, namespace: str, hosts: Hosts, api_client: client.ApiClient
+) -> None:
+    episodes = ready_episode(cluster, namespace, hosts, api_client, "stale")
     conditions = (episodes.get("stale") or {})["status"]["conditions"]
     for condition in conditions:
         if condition["type"] == "Ready":
@@ -81,12 +89,7 @@ def test_children_deleted_under_each_host_of_a_namespace_come_back(
 def test_an_episodes_edited_network_policy_is_restored_by_the_drift_pass(
     cluster: Cluster, operator: OperatorProcess, namespace: str, hosts: Hosts, api_client: client.ApiClient
 ) -> None:
-    claim, host = sample()
-    apply(cluster, namespace, claim, host)
-    hosts.wait_reason(HOST, "HostReady")
-    episodes = Episodes(api_client, namespace)
-    episodes.create(episode("opened"))
-    episodes.wait_ready("opened")
+    ready_episode(cluster, namespace, hosts, api_client, "opened")
     networking = client.NetworkingV1Api(api_client)
 
     def rules() -> list[Any]:
