@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
 
+from gymsandbox.api.names import LABEL_HOST
 from gymsandbox.handlers.events import EventPoster
 from gymsandbox.handlers.kube import Kube
 from gymsandbox.handlers.store import Store, slim_network_policy, slim_pod, slim_secret
@@ -39,6 +40,12 @@ def host_of(episode: Mapping[str, Any]) -> str | None:
     """The host an episode names (its group in the episode store)."""
     ref = (episode.get("spec") or {}).get("hostRef") or {}
     return ref.get("name") if isinstance(ref.get("name"), str) else None
+
+
+def host_label_of(pod: Mapping[str, Any]) -> str | None:
+    """The host label a sandbox pod carries (its group in the pod store): it outlives its episode."""
+    label = ((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_HOST)
+    return label if isinstance(label, str) else None
 
 
 class KeyedLocks:
@@ -184,7 +191,7 @@ class OperatorContext:
     lingering: dict[str, int] = field(default_factory=dict)
     # What the watches have seen (handlers/store.py): episodes by host, their children, hosts.
     episodes: Store = field(default_factory=lambda: Store(host_of))
-    pods: Store = field(default_factory=lambda: Store(keep=slim_pod))
+    pods: Store = field(default_factory=lambda: Store(host_label_of, keep=slim_pod))  # by host label
     secrets: Store = field(default_factory=lambda: Store(keep=slim_secret))  # episodes' lease Secrets
     policies: Store = field(default_factory=lambda: Store(keep=slim_network_policy))  # episodes' egress
     hosts: Store = field(default_factory=Store)

@@ -240,7 +240,7 @@ def sync_host_episodes(
         slots = {name: p.slot for name, p in seen.items()}
         if sweep or ctx.lingering.get(uid) or any(s.closing for s in slots.values()):
             open_labels = {label_value(name) for name, s in slots.items() if not s.closing}
-            ctx.lingering[uid] = end_lingering_sandboxes(kube, namespace, meta["name"], open_labels)
+            ctx.lingering[uid] = end_lingering_sandboxes(kube, ctx.pods, namespace, meta["name"], open_labels)
         plan = plan_queue(
             list(slots.values()),
             host_spec.episodes.max_concurrent,
@@ -323,7 +323,7 @@ def reap(
             expired_at = expiries.get(meta["name"]) or moment
             METRICS.reaped(RESOURCE, "expired", (datetime.now(UTC) - expired_at).total_seconds())
     if reaped:
-        stop_sandboxes(ctx.kube, expired[0]["metadata"]["namespace"], reaped)
+        stop_sandboxes(ctx.kube, ctx.pods, expired[0]["metadata"]["namespace"], reaped)
         ctx.lingering[host_uid] = ctx.lingering.get(host_uid, 0) + len(reaped)  # the next plan counts them
 
 

@@ -310,8 +310,9 @@ class Kube:
 
     def delete_collection(
         self, kind: Kind, namespace: str, *, fields: str | None = None, labels: str | None = None
-    ) -> None:
-        """Delete every object the field or label selector matches, in one request."""
+    ) -> Sequence[Manifest]:
+        """Delete every object the field or label selector matches, in one request; the answer lists them as
+        deleted (a pod still terminating has its deletionTimestamp)."""
         query = [
             (key, value) for key, value in (("fieldSelector", fields), ("labelSelector", labels)) if value
         ]
@@ -319,7 +320,7 @@ class Kube:
             raise ValueError(
                 "delete_collection needs a selector: it never deletes a whole namespace's objects"
             )
-        self._call("DELETE", kind.path(namespace), query=query)
+        return list(self._call("DELETE", kind.path(namespace), query=query).get("items", []))
 
     @staticmethod
     def _sanitized(kind: Kind, error: ApiException) -> ApiException:

@@ -5,34 +5,40 @@ is gone it holds its host's slot: no cap is exceeded by deleting an episode and 
 from __future__ import annotations
 
 from gymsandbox.api.names import LABEL_EPISODE
-from gymsandbox.desired.labels import (
-    episodes_pods_selector,
-    host_sandbox_pods_selector,
-    sandbox_pods_selector,
-)
+from gymsandbox.desired.labels import episodes_pods_selector, sandbox_pods_selector
+from gymsandbox.desired.names import label_value
 from gymsandbox.handlers.kube import POD, Kube
+from gymsandbox.handlers.store import Store
 
 REAP_BATCH = 100  # episodes whose pods one request deletes (a label selector of their names)
 _OVER = ("Succeeded", "Failed")
 
 
-def stop_sandboxes(kube: Kube, namespace: str, episodes: list[str]) -> None:
+def stop_sandboxes(kube: Kube, pods: Store, namespace: str, episodes: list[str]) -> None:
     """End the pods of episodes just reaped at once, a request per REAP_BATCH: the garbage collector would
     get to them at its own pace (some 20 deletions a second), and a sandbox must not outlive its TTL by
-    minutes when many expire together. Their Secrets and NetworkPolicies run nothing: the collector's."""
+    minutes when many expire together. Their Secrets and NetworkPolicies run nothing: the collector's.
+    The answers (pods now terminating) go to `pods`."""
     for start in range(0, len(episodes), REAP_BATCH):
-        kube.delete_collection(
+        for pod in kube.delete_collection(
             POD, namespace, labels=episodes_pods_selector(episodes[start : start + REAP_BATCH])
-        )
+        ):
+            pods.put(pod)
 
 
-def end_lingering_sandboxes(kube: Kube, namespace: str, host_name: str, open_episodes: set[str]) -> int:
+def end_lingering_sandboxes(
+    kube: Kube, pods: Store, namespace: str, host_name: str, open_episodes: set[str]
+) -> int:
     """How many of the host's sandbox pods still run although their episode (by label value) is not among
     `open_episodes`. All such pods not yet terminating are deleted now; each one still running counts as a
-    held slot until it is gone."""
+    held slot until it is gone.
+
+    Read from `pods`, the sandbox pods' store: it holds every pod this process created (the create's
+    answer) and every one the watch reported, and loses one only on its deletion event, so a running pod is
+    never missed; at worst a pod already gone still holds its slot until the event arrives."""
     lingering = [
         pod
-        for pod in kube.list(POD, namespace, labels=host_sandbox_pods_selector(host_name))
+        for pod in pods.group(namespace, label_value(host_name))
         if (pod["metadata"].get("labels") or {}).get(LABEL_EPISODE) not in open_episodes
     ]
     to_end = sorted(
@@ -43,7 +49,8 @@ def end_lingering_sandboxes(kube: Kube, namespace: str, host_name: str, open_epi
         }
     )
     for start in range(0, len(to_end), REAP_BATCH):
-        kube.delete_collection(
+        for pod in kube.delete_collection(
             POD, namespace, labels=sandbox_pods_selector(set(to_end[start : start + REAP_BATCH]))
-        )
+        ):
+            pods.put(pod)
     return sum(1 for pod in lingering if (pod.get("status") or {}).get("phase") not in _OVER)
