@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -29,6 +30,7 @@ class Session:
     host: str
     http: httpx.Client
     headers: dict[str, str]
+    broker_log: Path
 
     def create(self, **fields: Any) -> str:
         body = {"rolloutId": "r-1", "image": SHELL_IMAGE, "command": ["sleep", "3600"], **fields}
@@ -38,6 +40,11 @@ class Session:
 
     def exec(self, episode: str, **request: Any) -> httpx.Response:
         return self.http.post(f"/v1/episodes/{episode}/exec", json=request, headers=self.headers)
+
+    def cut_short(self) -> str:
+        """The broker's log lines about reads that arrived incomplete (what a failed transfer test shows)."""
+        lines = self.broker_log.read_text(errors="replace").splitlines()
+        return "\n".join(line for line in lines if "arrived cut short" in line)
 
 
 @pytest.fixture(scope="module", params=["crun", "gvisor"])
@@ -61,7 +68,7 @@ def session(
         secret = core.read_namespaced_secret(f"{name}-lease", namespace)
         token = base64.b64decode(secret.data["token"]).decode()
         with httpx.Client(base_url=broker.url, timeout=120) as http:
-            yield Session(runtime, namespace, name, http, {"Authorization": f"Bearer {token}"})
+            yield Session(runtime, namespace, name, http, {"Authorization": f"Bearer {token}"}, broker.log)
 
 
 @pytest.fixture(scope="module")
@@ -132,7 +139,7 @@ def test_file_round_trip_of_50_mib_is_byte_identical(session: Session, episode: 
     )
     assert put.status_code == 204, put.text
     got = session.http.get(f"/v1/episodes/{episode}/files/data/blob.bin", headers=session.headers)
-    assert got.status_code == 200, got.text[:300]
+    assert got.status_code == 200, f"{got.text[:300]}\n{session.cut_short()}"
     assert len(got.content) == len(payload)
     assert hashlib.sha256(got.content).digest() == hashlib.sha256(payload).digest()
     counted = session.exec(episode, shell="wc -c < data/blob.bin").json()
@@ -148,7 +155,7 @@ def test_directory_round_trip_of_50_mib_is_byte_identical(session: Session, epis
     )
     assert put.status_code == 204, put.text
     got = session.http.get(f"/v1/episodes/{episode}/directories/tree", headers=session.headers)
-    assert got.status_code == 200, got.text[:300]
+    assert got.status_code == 200, f"{got.text[:300]}\n{session.cut_short()}"
     assert untar(got.content) == files
 
 

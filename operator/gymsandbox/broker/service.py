@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import re
 import secrets
 import time
@@ -46,12 +47,12 @@ from gymsandbox.leases import Claims, Scope, SigningKey, issue, operate_claims
 from gymsandbox.policy.cluster import ClusterPolicy
 from gymsandbox.policy.episodes import EpisodeRequest, admit_episode
 
+LOG = logging.getLogger("gymsandbox.broker")
 RETRY_AFTER_SECONDS = 5
 MAX_OPERATE_LEASES = 16  # per episode, until revoked
 LEASE_WRITE_ATTEMPTS = 5
 KILLED_BY_SIGNAL = 128  # a shell's exit status for a process that died of signal N is 128 + N
 EPISODE_ID = re.compile(r"[a-z0-9]([-a-z0-9]{0,251}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*")
-
 
 TRANSFER_ERROR_BYTES = 64 * 1024  # what a transfer's command may say on stderr (and a write's on stdout)
 
@@ -476,10 +477,18 @@ class BrokerService:
     ) -> ExecOutcome:
         """Run a read; one that succeeded but arrived cut short (the exec stream can lose its last frames
         under load) is run again, up to READ_ATTEMPTS times, and never handed on incomplete."""
-        for _ in range(READ_ATTEMPTS):
+        for attempt in range(1, READ_ATTEMPTS + 1):
             outcome = await self._run(caller, pod, argv)
             if outcome.exit_code != 0 or outcome.truncated or complete(outcome):
                 return outcome
+            LOG.warning(
+                "a read from pod %s arrived cut short (%d bytes in %.1f s; attempt %d of %d)",
+                pod,
+                len(outcome.stdout),
+                outcome.duration_seconds,
+                attempt,
+                READ_ATTEMPTS,
+            )
         raise BrokerError(
             "backend_error", f"the transfer from the sandbox was cut short {READ_ATTEMPTS} times"
         )
