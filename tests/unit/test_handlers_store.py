@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from typing import Any
 
 from gymsandbox.desired.owner import template_hash
 from gymsandbox.handlers.context import Later, host_of
-from gymsandbox.handlers.store import Store, slim_network_policy, slim_pod, slim_secret
+from gymsandbox.handlers.store import (
+    WORD_CHARS,
+    Store,
+    Vocabulary,
+    slim_network_policy,
+    slim_pod,
+    slim_secret,
+)
 
 
 def episode(name: str, uid: str, version: int, host: str = "h1", **status: Any) -> dict[str, Any]:
@@ -127,3 +135,31 @@ def test_a_stored_network_policy_keeps_its_metadata_and_the_digest_of_its_spec()
     assert slim_network_policy(kept) is kept
     opened = slim_network_policy({**policy, "spec": {**spec, "egress": [{}]}})
     assert opened["specDigest"] != kept["specDigest"]
+
+
+def decoded(body: dict[str, Any]) -> dict[str, Any]:
+    """`body` as a watch event or write answer gives it: decoded on its own, with its own strings."""
+    return dict(json.loads(json.dumps(body)))
+
+
+def test_stored_objects_share_one_copy_of_their_keys_and_short_strings() -> None:
+    store = Store(host_of)
+    store.put(decoded(episode("a", "u1", 1, phase="Ready")))
+    store.put(decoded(episode("b", "u2", 1, phase="Ready")))
+    a, b = store.get("ns", "a") or {}, store.get("ns", "b") or {}
+    assert a["metadata"]["namespace"] is b["metadata"]["namespace"]
+    assert a["status"]["phase"] is b["status"]["phase"]
+    key_of = {id(k) for k in a["metadata"]} & {id(k) for k in b["metadata"]}
+    assert len(key_of) == len(a["metadata"]), "every metadata key is one shared string"
+
+
+def test_the_vocabulary_is_bounded_and_long_strings_stay_out_of_it() -> None:
+    vocabulary = Vocabulary(limit=3)
+    token = "t" * (WORD_CHARS + 1)
+    assert vocabulary.compact({"data": {"token": token}}) == {"data": {"token": token}}
+    assert len(vocabulary) == 2  # "data" and "token": the token itself is not kept
+    for word in ["x", "y", "z", "w"]:
+        vocabulary.compact(word)
+        assert len(vocabulary) <= 3
+    first = vocabulary.compact("word")
+    assert vocabulary.compact("".join(["wo", "rd"])) is first  # an equal string, another object

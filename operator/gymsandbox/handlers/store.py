@@ -24,6 +24,42 @@ Key = tuple[str, str]  # namespace, name
 
 
 POD_SPEC_KEPT = frozenset({"nodeName", "readinessGates"})
+# The strings the stores share one copy of: keys, and values up to WORD_CHARS (names, uids, timestamps,
+# labels, condition words; a lease token is longer). The table is emptied when it holds VOCABULARY_WORDS.
+WORD_CHARS = 64
+VOCABULARY_WORDS = 65_536
+
+
+class Vocabulary:
+    """One copy of each short string the stores hold. Every watch event and write answer is decoded on its
+    own, so without it each stored object carries its own copies of the same keys ("metadata", "status"),
+    namespace, labels, owner uid and timestamps: about a third of a store's memory. Bounded: emptied when
+    full (what is stored keeps its strings; later objects share anew)."""
+
+    def __init__(self, limit: int = VOCABULARY_WORDS) -> None:
+        self._limit = limit
+        self._words: dict[str, str] = {}
+
+    def __len__(self) -> int:
+        return len(self._words)
+
+    def compact(self, value: Any) -> Any:
+        """`value` rebuilt with its dicts' keys and short strings taken from the table."""
+        if isinstance(value, dict):
+            return {self._word(k): self.compact(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self.compact(v) for v in value]
+        if isinstance(value, str) and len(value) <= WORD_CHARS:
+            return self._word(value)
+        return value
+
+    def _word(self, word: str) -> str:
+        if len(self._words) >= self._limit:
+            self._words.clear()
+        return self._words.setdefault(word, word)
+
+
+VOCABULARY = Vocabulary()  # shared: a child's ownerReferences repeat its episode's uid and name
 
 
 def slim(body: Mapping[str, Any]) -> Manifest:
@@ -89,9 +125,13 @@ class Store:
     def put(self, body: Mapping[str, Any] | None) -> None:
         if not body or not (body.get("metadata") or {}).get("name"):
             return
-        obj = self.keep(body)
-        meta = obj["metadata"]
+        meta = body["metadata"]
         key = (str(meta.get("namespace") or ""), str(meta["name"]))
+        with self._lock:
+            if self._held_already(key, meta):
+                return
+        obj = VOCABULARY.compact(self.keep(body))
+        meta = obj["metadata"]
         with self._lock:
             if meta.get("uid") in self._tombstones:
                 return
@@ -143,6 +183,18 @@ class Store:
     def __len__(self) -> int:
         with self._lock:
             return len(self._objects)
+
+    def _held_already(self, key: Key, meta: Mapping[str, Any]) -> bool:
+        """This very version is held (a write's answer, then its watch event): only when it was last put
+        moves, and it is not decoded into the store again."""
+        current = self._objects.get(key)
+        if current is None or not meta.get("resourceVersion"):
+            return False
+        held = current["metadata"]
+        if (held.get("uid"), held.get("resourceVersion")) != (meta.get("uid"), meta.get("resourceVersion")):
+            return False
+        self._seen[key] = time.monotonic()
+        return True
 
     def _unlink(self, key: Key) -> None:
         current = self._objects.pop(key, None)
