@@ -163,3 +163,13 @@ def test_the_vocabulary_is_bounded_and_long_strings_stay_out_of_it() -> None:
         assert len(vocabulary) <= 3
     first = vocabulary.compact("word")
     assert vocabulary.compact("".join(["wo", "rd"])) is first  # an equal string, another object
+
+
+def test_putting_the_version_held_again_refreshes_its_age_and_keeps_the_held_body() -> None:
+    store = Store(host_of)
+    store.put(episode("a", "u1", 5, queuePosition=1))
+    held = store.get("ns", "a")
+    time.sleep(0.05)
+    store.put(episode("a", "u1", 5, queuePosition=1))  # the watch event of a write already answered
+    assert store.get("ns", "a") is held
+    assert (store.age("ns", "a") or 1.0) < 0.05, "a host's timer keeps it fresh this way (current_host)"
