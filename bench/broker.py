@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Broker exec benchmark: concurrent execs through the episode broker, against direct pods/exec.
 
-    python bench/broker.py [--episodes 20] [--execs 200] [--concurrency 200] [--keep]
+    python bench/broker.py [--episodes 20] [--execs 200] [--concurrency 200] [--sequential-rounds 5]
+                           [--keep]
 
 Set-up: a fresh namespace `bench-broker-XXXXXX` with the sample PVC and GymHost (episodes.maxConcurrent =
 the number of episodes), its own `gymsandbox operator --namespace bench-broker-XXXXXX` and its own
@@ -9,7 +10,9 @@ the number of episodes), its own `gymsandbox operator --namespace bench-broker-X
 with the host's lease token from Secret `swe-gym-run-1-lease`); once all are Ready, kwok is told to run
 each episode pod's execs as local processes (`hack/cluster.py` enable_exec; local control plane only).
 Each pod then gets one untimed exec by each path (so neither phase pays for kwok picking up its Exec
-object) and one timed exec by each path, one at a time ("sequential").
+object). Then execs one at a time: SEQUENTIAL_ROUNDS passes over every pod by each path in turn, each pass
+over a second after the last, so the broker never finds an episode's reads kept from its previous exec (an
+agent's next command comes seconds after its last).
 
 Broker phase: EXECS execs of `echo ok` (EXECS / EPISODES per episode) as POST /v1/episodes/{id}/exec,
 started together from a pool of CONCURRENCY threads sharing one httpx.Client (as many connections as
@@ -25,9 +28,9 @@ phase runs exactly that argv: the two differ by the broker alone.
 
 Reported, never asserted: latency p50/p90/p99/max of the execs that succeeded (client side, nearest
 rank), wall time (first exec sent to last answer) and errors by kind for both phases, with ratios
-broker/direct; the broker's own view of the time spent in pods/exec (`durationSeconds`); the sequential
-p50 of each path; the broker's peak RSS (VmHWM). When the broker phase fails, the broker's exception
-lines and its first traceback are printed. The last line is the same as JSON.
+broker/direct; the broker's own view of the time spent in pods/exec (`durationSeconds`); p50 and p90 of
+each path one at a time; the broker's peak RSS (VmHWM). When the broker phase fails, the broker's
+exception lines and its first traceback are printed. The last line is the same as JSON.
 
 Uses the cluster KUBECONFIG names, else the local control plane (`hack/cluster.py up`, reused if it runs;
 never stopped here). Every wait is bounded; traffic is loopback only. Episodes are closed, the GymHost and
@@ -63,6 +66,7 @@ from kubernetes.stream.ws_client import ERROR_CHANNEL
 import common
 from common import GROUP, HOST, IMAGE, OPERATOR_NAMESPACE, PLURAL, VERSION, Child, Cluster, log, plain
 from gymsandbox.broker.backend import DEADLINE_WRAPPER
+from gymsandbox.broker.recent import KEEP_SECONDS
 from gymsandbox.desired.pod import EPISODE_CONTAINER_NAME
 
 NAMESPACE_PREFIX = "bench-broker"
@@ -317,6 +321,20 @@ def warm_up(task: Callable[[str], Sample], ids: list[str], what: str, timeout: f
         raise RuntimeError(f"{what}: {len(pending)} episodes never ran `echo ok`: {dict(errors)}")
 
 
+def one_at_a_time(
+    paths: dict[str, Callable[[str], Sample]], ids: list[str], rounds: int
+) -> dict[str, list[float]]:
+    """Latencies of execs one at a time: `rounds` passes over every episode by each path in turn, each pass
+    begun over KEEP_SECONDS after the last, so that no exec finds the broker's reads of its episode kept
+    from the one before (an agent's next command comes seconds after its last, not within a second)."""
+    latencies: dict[str, list[float]] = {name: [] for name in paths}
+    for _ in range(rounds):
+        for name, task in paths.items():
+            time.sleep(KEEP_SECONDS + 0.1)
+            latencies[name] += [s.latency for s in map(task, ids) if s.error is None]
+    return latencies
+
+
 # ---------------------------------------------------------------------------------------------- report
 
 
@@ -324,7 +342,7 @@ def report(
     args: argparse.Namespace,
     broker: PhaseResult,
     direct: PhaseResult,
-    seq: dict[str, Any],
+    seq: dict[str, list[float]],
     rss: float | None,
 ) -> None:
     rows: list[tuple[str, str, float | None, float | None]] = [
@@ -335,7 +353,15 @@ def report(
     rows.append(("wall_s", "wall, first sent to last answer (s)", broker.wall, direct.wall))
     rows.append(("ok", "execs OK (timed above)", float(len(broker.latencies)), float(len(direct.latencies))))
     rows.append(("errors", "errors", float(broker.error_count), float(direct.error_count)))
-    rows.append(("sequential_p50_s", "sequential p50, one at a time (s)", seq["broker"], seq["direct"]))
+    for p in (50, 90):
+        rows.append(
+            (
+                f"sequential_p{p}_s",
+                f"one at a time, p{p} (s)",
+                common.nearest_rank(seq["broker"], p),
+                common.nearest_rank(seq["direct"], p),
+            )
+        )
     print()
     print(
         f"{args.execs} execs of {' '.join(ARGV)!r} across {args.episodes} episodes, "
@@ -465,12 +491,7 @@ def measure(run: Run, pods: dict[str, str]) -> None:
 
             warm_up(via_broker, ids, "broker warm-up", timeout=60)
             warm_up(via_api, ids, "direct warm-up", timeout=60)
-            seq = {
-                "broker": common.nearest_rank(
-                    [s.latency for s in map(via_broker, ids) if s.error is None], 50
-                ),
-                "direct": common.nearest_rank([s.latency for s in map(via_api, ids) if s.error is None], 50),
-            }
+            seq = one_at_a_time({"broker": via_broker, "direct": via_api}, ids, args.sequential_rounds)
             log(f"warm-up done; broker phase: {args.execs} execs, {args.concurrency} threads")
             broker = run_concurrently(
                 lambda _, episode_id: via_broker(episode_id),
@@ -529,14 +550,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--concurrency", type=int, default=200, help="client threads per phase (default 200: all at once)"
     )
+    parser.add_argument(
+        "--sequential-rounds",
+        type=int,
+        default=5,
+        help="passes over every episode, one exec at a time, per path (default 5)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the namespace and the logs")
     parser.add_argument("--ready-timeout", type=float, default=180, help="episodes Ready within (180 s)")
     parser.add_argument("--phase-timeout", type=float, default=300, help="per-phase limit (300 s)")
     args = parser.parse_args(argv)
     if not 1 <= args.episodes <= 1000:
         parser.error("--episodes must be between 1 and 1000 (the CRD's maxConcurrent bound)")
-    if args.execs < 1 or args.concurrency < 1:
-        parser.error("--execs and --concurrency must be positive")
+    if args.execs < 1 or args.concurrency < 1 or args.sequential_rounds < 1:
+        parser.error("--execs, --concurrency and --sequential-rounds must be positive")
     return args
 
 
