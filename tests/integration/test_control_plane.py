@@ -2,31 +2,17 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-from typing import TypeVar
-
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from tests.integration.gymhosts import eventually
+
 pytestmark = pytest.mark.integration
 
-T = TypeVar("T")
 # RuntimeClass -> the value of gymsandbox.dev/runtime its scheduling selects. `crun` lands on kwok-crun-0, or
 # on the real node where hack/node.py runs one (then kwok-crun-0 does not exist).
 RUNTIME_CLASSES = {"kata-qemu": "kata", "crun": "crun"}
-
-
-def eventually(check: Callable[[], T | None], timeout: float = 60, what: str = "condition") -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.25)
 
 
 def restricted_pod(name: str, **spec: object) -> client.V1Pod:
@@ -74,7 +60,7 @@ def test_pod_lands_only_on_the_node_of_its_runtime_class(
     (node,) = nodes_of(core, runtime)
     if not is_kwok(core, node):  # a real node cannot pull this image: placement is what is checked here
         placed = lambda: all(core.read_namespaced_pod(n, namespace).spec.node_name for n in names)  # noqa: E731
-        assert eventually(placed, what=f"{runtime_class} pods scheduled")
+        assert eventually(placed, timeout=60, what=f"{runtime_class} pods scheduled")
         assert {core.read_namespaced_pod(n, namespace).spec.node_name for n in names} == {node}
         return
 
@@ -87,7 +73,7 @@ def test_pod_lands_only_on_the_node_of_its_runtime_class(
         )
         return pods if ok else None
 
-    pods = eventually(all_running_and_ready, what=f"{runtime_class} pods Running and Ready")
+    pods = eventually(all_running_and_ready, timeout=60, what=f"{runtime_class} pods Running and Ready")
     assert {p.spec.node_name for p in pods} == {node}
 
 
@@ -121,7 +107,7 @@ def test_deleting_an_owner_deletes_its_dependents(core: client.CoreV1Api, namesp
             return e.status == 404
         return False
 
-    eventually(dependent_gone, what="the garbage collector to delete the dependent")
+    eventually(dependent_gone, timeout=60, what="the garbage collector to delete the dependent")
 
 
 def _client_with_token(api_client: client.ApiClient, token: str) -> client.CoreV1Api:
