@@ -61,7 +61,13 @@ def seen() -> Seen:
 @pytest.fixture
 def informer(api_client: client.ApiClient, namespace: str, seen: Seen) -> Iterator[Informer]:
     watching = Informer(
-        Kube(api_client), CONFIG_MAP, namespace, labels="informed=yes", store=seen.store, handle=seen
+        Kube(api_client),
+        CONFIG_MAP,
+        namespace,
+        name="informed-config-maps",
+        labels="informed=yes",
+        store=seen.store,
+        handle=seen,
     )
     yield watching
     watching.stop()

@@ -114,16 +114,26 @@ def log_failure(handle: Handle, body: Mapping[str, Any], error: Exception) -> No
 class Informer:
     """One kind's objects matching `labels` in one namespace (None: every namespace), kept in `store`; every
     event is handed to `handle` (after the store has it: the handler reads the store) with the object as
-    the store keeps it: a burst's queued events hold no managedFields, and no pod containers."""
+    the store keeps it: a burst's queued events hold no managedFields, and no pod containers. `name` says
+    which objects (two informers may watch one kind): its thread is `watch-NAME[@NAMESPACE]`."""
 
     def __init__(
-        self, kube: Kube, kind: Kind, namespace: str | None, *, labels: str, store: Store, handle: Handle
+        self,
+        kube: Kube,
+        kind: Kind,
+        namespace: str | None,
+        *,
+        name: str,
+        labels: str,
+        store: Store,
+        handle: Handle,
     ) -> None:
         self.kube, self.kind, self.namespace, self.labels = kube, kind, namespace, labels
         self.store, self.handle = store, handle
         self.version = ""
         self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"watch-{kind.plural}", daemon=True)
+        thread = f"watch-{name}" + (f"@{namespace}" if namespace else "")
+        self._thread = threading.Thread(target=self._run, name=thread, daemon=True)
 
     def list(self) -> None:
         """List, hand on every object listed (type None) and the deletion of every object held that the

@@ -63,17 +63,25 @@ class Watches:
                 ctx.kube,
                 kind,
                 scope,
+                name=name,
                 labels=labels,
                 store=store,
                 handle=self.handler(ctx, kind.plural, seen, handle),
             )
-            for kind, labels, store, seen, handle in (
-                (POD, SANDBOX_CHILDREN, ctx.pods, kept_in(ctx.pods), episode_pod_changed),
-                (EPISODE, "", ctx.episodes, episode_seen, episode_event),
-                (POD, HOST_CHILDREN, self.host_pods, kept_in(self.host_pods), host_pod_changed),
+            for name, kind, labels, store, seen, handle in (
+                ("sandbox-pods", POD, SANDBOX_CHILDREN, ctx.pods, kept_in(ctx.pods), episode_pod_changed),
+                ("episodes", EPISODE, "", ctx.episodes, episode_seen, episode_event),
+                ("host-pods", POD, HOST_CHILDREN, self.host_pods, kept_in(self.host_pods), host_pod_changed),
                 # Only stored: the drift pass reads them (handlers/episode_children.py).
-                (SECRET, SANDBOX_CHILDREN, ctx.secrets, kept_in(ctx.secrets), None),
-                (NETWORK_POLICY, SANDBOX_CHILDREN, ctx.policies, kept_in(ctx.policies), None),
+                ("sandbox-secrets", SECRET, SANDBOX_CHILDREN, ctx.secrets, kept_in(ctx.secrets), None),
+                (
+                    "sandbox-policies",
+                    NETWORK_POLICY,
+                    SANDBOX_CHILDREN,
+                    ctx.policies,
+                    kept_in(ctx.policies),
+                    None,
+                ),
             )
             for scope in scopes
         ]
