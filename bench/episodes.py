@@ -52,6 +52,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import common
 from common import BENCH_LABEL, GROUP, IMAGE, OPERATOR_NAMESPACE, PLURAL, VERSION, Child, log, plain
+from gymsandbox.handlers.episode import REAP_SECONDS
+from gymsandbox.handlers.episode_queue import COUNTS_SECONDS
 
 RUNTIME_LABEL = "gymsandbox.dev/runtime"
 RUNTIME_CLASS = "kata-qemu"
@@ -60,6 +62,9 @@ EPISODE_RESOURCES = {"cpu": "500m", "memory": "512Mi", "ephemeral-storage": "1Gi
 RUN_AS = 65532
 UNAPPROVED_IMAGE = "docker.io/not-approved/miner:1"  # examples/policy.yaml approves no docker.io image
 MIB = 1024 * 1024
+# The writes that trail the last Ready, counted in the burst's: each host's counts, written on its loop's
+# next pass (every REAP_SECONDS at most) and at most once per COUNTS_SECONDS.
+TRAILING_SECONDS = REAP_SECONDS + COUNTS_SECONDS + 1.0
 
 # The operator's request counter (gymsandbox/metrics.py), and its verbs as the HTTP methods they are.
 REQUESTS_METRIC = "gymsandbox_api_requests"
@@ -354,7 +359,7 @@ def operator_phase(run: Run, namespace: str, operator: Child, hosts: list[dict[s
     created = time.monotonic() - min(sent.values())
     log(f"created {n} episodes in {created:.1f} s; waiting for Ready")
     wait_all_ready(watcher, names, run.args.stall)
-    time.sleep(2)  # the writes that trail the last Ready (a host's counts, events)
+    time.sleep(TRAILING_SECONDS)
     requests_ready, end_offset = operator_requests(operator), operator.log_offset()
     time.sleep(run.args.steady)  # every episode Ready and nothing asked: what does the operator still do?
     requests_steady = operator_requests(operator)
