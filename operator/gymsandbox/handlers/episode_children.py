@@ -242,13 +242,14 @@ def episodes_needing_repair(ctx: OperatorContext, namespace: str) -> list[str]:
             return True
         return made is not None and made.lease is not None and tokens.get(label) != made.lease[2]
 
+    def ready_stale(episode: Manifest) -> bool:
+        """Its stored Ready disagrees with its pod as stored. No pod stored is not broken only while the
+        children are new (their watch may not have told of the pod yet): nothing to compare then."""
+        pod = pods.get(label_value(episode["metadata"]["name"]))
+        return pod is not None and ready_is_stale(episode.get("status") or {}, pod)
+
     broken_uids = {e["metadata"]["uid"] for e in episodes if broken(e)}
-    repair = [
-        e
-        for e in episodes
-        if e["metadata"]["uid"] in broken_uids
-        or ready_is_stale(e.get("status") or {}, pods[label_value(e["metadata"]["name"])])
-    ]
+    repair = [e for e in episodes if e["metadata"]["uid"] in broken_uids or ready_stale(e)]
     for episode in repair:
         if episode["metadata"]["uid"] in broken_uids:  # a stale Ready alone needs only the pod as stored
             ctx.children.pop(episode["metadata"]["uid"], None)
