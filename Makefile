@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 CLUSTER := $(PY) hack/cluster.py
 
-.PHONY: help venv binaries cluster-up cluster-down lint unit integration node security scale chaos test run crds \
+.PHONY: help venv binaries node-prep cluster-up cluster-down lint unit integration node security scale chaos test run crds \
 	bench bench-broker bench-nemo-gym \
 	image kind-e2e
 
@@ -25,6 +25,9 @@ venv: $(STAMP) ## create the virtualenv and install the project with its dev too
 
 binaries: ## build the pinned control-plane binaries (cached under ~/.cache/gymsandbox)
 	hack/build-binaries.sh >/dev/null
+
+node-prep: venv binaries ## build what the real node and its tests use (packages, binaries, images; cached), if it can run here
+	$(PY) hack/node.py prepare
 
 cluster-up: venv binaries ## start the local control plane and the real node (or reuse them); writes .cluster/kubeconfig
 	$(CLUSTER) up
@@ -48,22 +51,22 @@ crds: venv ## regenerate crds/, the chart's copy of them, its values.schema.json
 unit: venv ## unit tests only (no cluster)
 	$(VENV)/bin/pytest tests/unit
 
-integration: venv binaries ## integration tests (KUBECONFIG's cluster, else a local one started and stopped)
+integration: venv binaries node-prep ## integration tests (KUBECONFIG's cluster, else a local one started and stopped)
 	$(VENV)/bin/pytest -m integration tests/integration
 
-node: venv binaries ## node tier: real containers on the real node (GYMSANDBOX_REAL_NODE=0 turns the node off)
+node: venv binaries node-prep ## node tier: real containers on the real node (GYMSANDBOX_REAL_NODE=0 turns the node off)
 	$(VENV)/bin/pytest tests/node
 
-chaos: venv binaries ## chaos tier: stalls, kills and restarts of the control plane and the operator
+chaos: venv binaries node-prep ## chaos tier: stalls, kills and restarts of the control plane and the operator
 	$(VENV)/bin/pytest tests/chaos
 
-security: venv binaries ## security tier: the threat model's attacks (docs/security.md)
+security: venv binaries node-prep ## security tier: the threat model's attacks (docs/security.md)
 	$(VENV)/bin/pytest tests/security
 
-scale: venv binaries ## scale tier: a thousand episodes over capped hosts (correctness; speed is make bench's)
+scale: venv binaries node-prep ## scale tier: a thousand episodes over capped hosts (correctness; speed is make bench's)
 	$(VENV)/bin/pytest tests/scale
 
-test: venv binaries lint ## everything CI runs: lint, unit, integration, node, security, scale and (last) chaos
+test: venv binaries node-prep lint ## everything CI runs: lint, unit, integration, node, security, scale and (last) chaos
 	$(VENV)/bin/pytest --durations=30 tests/unit tests/integration tests/node tests/security tests/scale tests/chaos
 
 run: venv binaries ## the main job: the operator (and the sample GymHost) on KUBECONFIG's cluster, or a local one

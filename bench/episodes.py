@@ -21,8 +21,8 @@ its first create is sent), wall time (first create to last Ready), API writes pe
 are counted by its own request metrics, plus the events kopf posts, during the episode phase; kopf's own
 patches, none in that phase, show only in a --verbose-operator log; the baseline's are 3), the
 operator's peak RSS (VmHWM) and its CPU time per episode (first create to last Ready), with ratios
-operator/baseline; then the operator's writes and reads in --steady seconds with every episode Ready (none
-are needed). The last line is the same as JSON.
+operator/baseline; then the operator's writes, reads and CPU in --steady seconds with every episode Ready
+(none are needed). The last line is the same as JSON.
 
 Uses the cluster KUBECONFIG names, else the local control plane (`hack/cluster.py up`, reused if it runs;
 never stopped here). Every wait is bounded; both namespaces are deleted at the end unless --keep.
@@ -349,6 +349,7 @@ def operator_phase(run: Run, namespace: str, operator: Child, hosts: list[dict[s
     sent: dict[str, float] = {}
     events_before = kopf_events(core, namespace)
     requests_before, start_offset = operator_requests(operator), operator.log_offset()
+    cpu_start = common.cpu_seconds(operator.process)
     for i, name in enumerate(names):
         sent[name] = time.monotonic()
         body = episode(name, hosts[i % len(hosts)], run.args.ttl)
@@ -359,10 +360,17 @@ def operator_phase(run: Run, namespace: str, operator: Child, hosts: list[dict[s
     created = time.monotonic() - min(sent.values())
     log(f"created {n} episodes in {created:.1f} s; waiting for Ready")
     wait_all_ready(watcher, names, run.args.stall)
+    cpu_ready = common.cpu_seconds(operator.process)
     time.sleep(TRAILING_SECONDS)
     requests_ready, end_offset = operator_requests(operator), operator.log_offset()
+    cpu_steady_start = common.cpu_seconds(operator.process)
     time.sleep(run.args.steady)  # every episode Ready and nothing asked: what does the operator still do?
     requests_steady = operator_requests(operator)
+    cpu_steady_end = common.cpu_seconds(operator.process)
+    if cpu_start is not None and cpu_ready is not None:
+        run.usage["cpu_ms_per_episode"] = (cpu_ready - cpu_start) * 1000 / n
+    if cpu_steady_start is not None and cpu_steady_end is not None and run.args.steady > 0:
+        run.usage["steady_cpu_ms_per_s"] = (cpu_steady_end - cpu_steady_start) * 1000 / run.args.steady
     watcher.finish()
     writes = writes_between(requests_before, requests_ready)
     writes += kopf_patches(operator.text(start_offset, end_offset))  # only a --verbose-operator log has them
@@ -497,6 +505,7 @@ def report(
     print(f"{'  peak by the last Ready (MiB)':<40} {common.fmt(usage.get('at_ready'), 1):>10}")
     print(f"{'  resident after --steady (MiB)':<40} {common.fmt(usage.get('steady'), 1):>10}")
     print(f"{'operator CPU per episode (ms)':<40} {common.fmt(usage.get('cpu_ms_per_episode'), 1):>10}")
+    print(f"{'  at steady state (ms per second)':<40} {common.fmt(usage.get('steady_cpu_ms_per_s'), 1):>10}")
     print(f"{'FIFO inversions (admittedAt, per host)':<40} {op.fifo_inversions:>10}")
     writes, reads = op.steady or (None, None)
     print(f"{'steady state: writes, reads (not watches)':<40} {writes!s:>10} {reads!s:>10}")
@@ -521,6 +530,7 @@ def report(
         "operator_rss_at_ready_mib": usage.get("at_ready"),
         "operator_rss_after_steady_mib": usage.get("steady"),
         "operator_cpu_ms_per_episode": usage.get("cpu_ms_per_episode"),
+        "operator_steady_cpu_ms_per_s": usage.get("steady_cpu_ms_per_s"),
         "operator_writes": dict(op.writes),
         "not_ready": {"operator": dict(op.not_ready()), "baseline": dict(base.not_ready())},
     }
@@ -585,13 +595,9 @@ def phase_one(run: Run) -> PhaseResult:
         for name in run.host_names
     ]
     log(f"{len(hosts)} GymHost(s) Ready; creating episodes")
-    cpu_before = common.cpu_seconds(run.operator.process)
     result = operator_phase(run, namespace, run.operator, hosts)
     run.usage["at_ready"] = common.resident_mib(run.operator.process)
     run.usage["steady"] = common.resident_mib(run.operator.process, field="VmRSS")
-    cpu_after = common.cpu_seconds(run.operator.process)
-    if cpu_before is not None and cpu_after is not None:
-        run.usage["cpu_ms_per_episode"] = (cpu_after - cpu_before) * 1000 / args.n
     if result.ready_count < args.n:
         problems = [
             line for line in run.operator.text().splitlines() if re.search(r"\[(WARNING|ERROR)", line)

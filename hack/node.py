@@ -5,6 +5,9 @@ gVisor (runsc), the CNI bridge, kube-proxy (nftables), kube-network-policies (en
     hack/node.py up        start the node against the running local control plane
     hack/node.py down      stop it and put the host back as it was
     hack/node.py check     say whether this machine can run the node (exit 0 if it can)
+    hack/node.py prepare   build (or find cached) all the node and its tests use: Debian packages, binaries
+                           and every hack/images.py image; nothing starts (`make test` runs it first, so
+                           that no test's time limit covers a cold build)
     hack/node.py load IMAGE...  build hack/images.py's IMAGEs (e.g. gymsandbox) and load them into the
                            running node's containerd; prints one `NAME=REFERENCE` line per image
 
@@ -137,8 +140,17 @@ def node_binaries() -> dict[str, Path]:
     return {name: Path(d) for name, d in (line.split("=", 1) for line in out.split())}
 
 
+def prepare() -> None:
+    """The Debian packages, the node's binaries and every image (the node's, the chart's, the sample's),
+    built or found cached; nothing is started."""
+    ensure_packages()
+    bins = node_binaries()
+    node_images(bins["coredns"] / "coredns")
+
+
 def node_images(coredns: Path | None, *names: str) -> dict[str, tuple[str, Path]]:
-    """Build (or find cached) image archives with hack/images.py: short name -> (image reference, archive)."""
+    """Build (or find cached) image archives with hack/images.py: short name -> (image reference, archive);
+    no names: every image."""
     coredns_binary = ["--coredns-binary", str(coredns)] if coredns else []
     out = subprocess.run(
         [sys.executable, str(HACK / "images.py"), "build", *names, *coredns_binary],
@@ -533,6 +545,19 @@ def main() -> int:
         return 0 if up(paths) else 1
     if command == "down":
         down(paths)
+        return 0
+    if command == "prepare":
+        why = (
+            "GYMSANDBOX_REAL_NODE=0"
+            if not enabled()
+            else "KUBECONFIG names the cluster"
+            if os.environ.get("KUBECONFIG")
+            else missing_capability()
+        )
+        if why:
+            log(f"nothing to prepare: no real node here ({why})")
+        else:
+            prepare()
         return 0
     if command == "check":
         why = missing_capability()

@@ -243,8 +243,8 @@ def episodes_needing_repair(ctx: OperatorContext, namespace: str) -> list[str]:
         return made is not None and made.lease is not None and tokens.get(label) != made.lease[2]
 
     def ready_stale(episode: Manifest) -> bool:
-        """Its stored Ready disagrees with its pod as stored. No pod stored is not broken only while the
-        children are new (their watch may not have told of the pod yet): nothing to compare then."""
+        """Its stored Ready disagrees with its pod as stored. With no pod stored there is nothing to compare
+        (`broken` already counts a missing pod once the children are older than the watch's lag)."""
         pod = pods.get(label_value(episode["metadata"]["name"]))
         return pod is not None and ready_is_stale(episode.get("status") or {}, pod)
 
