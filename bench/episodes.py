@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Episode throughput benchmark: N EpisodeSandboxes under one GymHost, against a plain-client baseline.
 
-    python bench/episodes.py [-n 200] [--hosts H] [--keep] [--slots K --ttl S]
+    python bench/episodes.py [-n 200] [--hosts H] [--keep] [--slots K --ttl S] [--[no-]agent-sandbox]
 
 Operator phase: a fresh namespace `bench-XXXXXX` with the sample PVC and H GymHosts (episodes.maxConcurrent
 = N/H each, so nothing queues) and its own `gymsandbox operator --namespace bench-XXXXXX`, as deployed. N
@@ -9,6 +9,9 @@ episodes are created back to back by one client, round-robin over the hosts, eac
 controller as the broker makes them; a watch records when each one's Ready condition turns True.
 Baseline phase: in `bench-base-XXXXXX`, the same N items made by a plain client, each a Secret, a
 NetworkPolicy and a Pod in that order (as the operator does); a watch records when each Pod turns Ready.
+Reference phase (--agent-sandbox; by default on the local control plane only): in `bench-asb-XXXXXX`,
+agent-sandbox's controller makes the baseline's N Pods as cold Sandboxes (bench/agent_sandbox.py), timed
+the same way.
 
 With --slots K and --ttl S (the cap mode) a queue forms instead, K per host, and drains as episodes expire
 S s after admission: the latencies then include the wait (not a figure to compare), and the FIFO line
@@ -50,6 +53,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.utils import parse_quantity
 from prometheus_client.parser import text_string_to_metric_families
 
+import agent_sandbox
 import common
 from common import BENCH_LABEL, GROUP, IMAGE, OPERATOR_NAMESPACE, PLURAL, VERSION, Child, log, plain
 from gymsandbox.handlers.episode import REAP_SECONDS
@@ -78,6 +82,7 @@ WRITE_VERBS = {
 READ_VERBS = ("get", "list")
 KOPF_PATCH_LINE = re.compile(r"(?:Merge|JSON)-patching the (resource|status) with")
 COLUMNS = ("operator", "baseline")
+REFERENCE_COLUMNS = ("operator", "agent-sandbox")
 OPERATOR_STOP_GRACE = 20.0  # seconds from SIGTERM to SIGKILL
 
 
@@ -486,16 +491,30 @@ def baseline_phase(run: Run, namespace: str) -> PhaseResult:
 # ---------------------------------------------------------------------------------------------- report
 
 
-def report(
-    n: int, hosts: int, op: PhaseResult, base: PhaseResult, usage: Mapping[str, float | None]
-) -> dict[str, Any]:
+SUMMARY_KEYS = ("p50_s", "p90_s", "p99_s", "wall_s", "create_s", "writes_per_item")
+
+
+def compared_rows(n: int, a: PhaseResult, b: PhaseResult) -> list[tuple[str, float | None, float | None]]:
+    """The figures of two phases side by side, in SUMMARY_KEYS' order."""
     rows: list[tuple[str, float | None, float | None]] = [
-        (f"p{p} create-to-Ready (s)", op.percentile(p), base.percentile(p)) for p in (50, 90, 99)
+        (f"p{p} create-to-Ready (s)", a.percentile(p), b.percentile(p)) for p in (50, 90, 99)
     ]
-    rows.append(("wall, first create to last Ready (s)", op.wall, base.wall))
-    rows.append(("creates sent in (s)", op.create_seconds, base.create_seconds))
-    op_writes, base_writes = sum(op.writes.values()) / n, sum(base.writes.values()) / n
-    rows.append(("API writes per item", op_writes, base_writes))
+    rows.append(("wall, first create to last Ready (s)", a.wall, b.wall))
+    rows.append(("creates sent in (s)", a.create_seconds, b.create_seconds))
+    rows.append(("API writes per item", sum(a.writes.values()) / n, sum(b.writes.values()) / n))
+    return rows
+
+
+def report(
+    n: int,
+    hosts: int,
+    *,
+    op: PhaseResult,
+    base: PhaseResult,
+    reference: PhaseResult | None,
+    usage: Mapping[str, float | None],
+) -> dict[str, Any]:
+    rows = compared_rows(n, op, base)
     print()
     print(
         f"N = {n} over {hosts} host(s); Ready: operator {op.ready_count}/{n}, baseline {base.ready_count}/{n}"
@@ -517,7 +536,8 @@ def report(
     print("operator writes during the episode phase, per episode:")
     for key, count in op.writes.most_common():
         print(f"  {key:<50} {count / n:8.2f}  ({count})")
-    for label, phase in (("operator", op), ("baseline", base)):
+    phases = [("operator", op), ("baseline", base)] + ([("agent-sandbox", reference)] if reference else [])
+    for label, phase in phases:
         if missing := phase.not_ready():
             print(f"{label}: not Ready at the end, by last reason: {dict(missing)}")
     summary: dict[str, Any] = {
@@ -534,11 +554,36 @@ def report(
         "operator_writes": dict(op.writes),
         "not_ready": {"operator": dict(op.not_ready()), "baseline": dict(base.not_ready())},
     }
-    keys = ["p50_s", "p90_s", "p99_s", "wall_s", "create_s", "writes_per_item"]
-    for key, (_, a, b) in zip(keys, rows, strict=True):
+    for key, (_, a, b) in zip(SUMMARY_KEYS, rows, strict=True):
         summary[key] = common.compared(COLUMNS, a, b)
+    if reference is not None:
+        summary["agent_sandbox"] = report_reference(n, op, reference, usage)
     print()
     print(json.dumps(summary, sort_keys=True))
+    return summary
+
+
+def report_reference(
+    n: int, op: PhaseResult, reference: PhaseResult, usage: Mapping[str, float | None]
+) -> dict[str, Any]:
+    """The operator beside agent-sandbox's controller (same run, same pods), and its part of the JSON."""
+    rows = compared_rows(n, op, reference)
+    print()
+    print(f"beside agent-sandbox's controller (cold Sandboxes): Ready {reference.ready_count}/{n}")
+    common.print_ratio_table(REFERENCE_COLUMNS, [(label, a, b, 3) for label, a, b in rows])
+    cpu = (usage.get("cpu_ms_per_episode"), usage.get("reference_cpu_ms_per_item"))
+    print(f"{'controller CPU per item (ms)':<40} {common.fmt(cpu[0], 1):>10} {common.fmt(cpu[1], 1):>10}")
+    print(
+        f"{'controller peak RSS (MiB)':<40} {common.fmt(usage.get('peak'), 1):>10} "
+        f"{common.fmt(usage.get('reference_peak'), 1):>10}"
+    )
+    print(f"  agent-sandbox's writes: {dict(reference.writes)}")
+    summary = {
+        key: common.compared(REFERENCE_COLUMNS, a, b)
+        for key, (_, a, b) in zip(SUMMARY_KEYS, rows, strict=True)
+    }
+    summary["cpu_ms_per_item"] = common.compared(REFERENCE_COLUMNS, *cpu)
+    summary["ready"] = reference.ready_count
     return summary
 
 
@@ -609,6 +654,53 @@ def phase_one(run: Run) -> PhaseResult:
     return result
 
 
+def phase_three(run: Run) -> PhaseResult:
+    """agent-sandbox's controller making the baseline's pods, one cold Sandbox each (bench/agent_sandbox.py),
+    created back to back like the episodes and timed the same way."""
+    component = agent_sandbox.build()
+    namespace = common.create_namespace(run.core, "bench-asb")
+    run.namespaces.append(namespace)
+    log(f"agent-sandbox phase in namespace {namespace}")
+    controller = agent_sandbox.Controller.start(run.cluster, component, run.workdir / "agent-sandbox.log")
+    try:
+        custom = client.CustomObjectsApi(run.api)
+        watch_api = run.watch_client()
+        watcher = ReadyWatcher(
+            watch_api,
+            client.CustomObjectsApi(watch_api).list_namespaced_custom_object,
+            (agent_sandbox.GROUP, agent_sandbox.VERSION, namespace, agent_sandbox.PLURAL),
+            common.ready_condition,
+            time.monotonic() + run.args.timeout,
+        )
+        watcher.start()
+        watcher.started_watch.wait(timeout=30)
+        names = [f"sb-{i:04d}" for i in range(run.args.n)]
+        sent: dict[str, float] = {}
+        requests_before = controller.requests() or Counter()
+        cpu_start = common.cpu_seconds(controller.process)
+        for i, name in enumerate(names):
+            sent[name] = time.monotonic()
+            body = agent_sandbox.sandbox(name, baseline_items(i)[2])
+            custom.create_namespaced_custom_object(
+                agent_sandbox.GROUP, agent_sandbox.VERSION, namespace, agent_sandbox.PLURAL, body
+            )
+        created = time.monotonic() - min(sent.values())
+        log(f"created {len(names)} Sandboxes in {created:.1f} s; waiting for Ready")
+        wait_all_ready(watcher, names, run.args.stall)
+        cpu_ready = common.cpu_seconds(controller.process)
+        time.sleep(TRAILING_SECONDS)
+        writes = agent_sandbox.writes(requests_before, controller.requests() or Counter())
+        watcher.finish()
+        if cpu_start is not None and cpu_ready is not None:
+            run.usage["reference_cpu_ms_per_item"] = (cpu_ready - cpu_start) * 1000 / run.args.n
+        run.usage["reference_peak"] = common.resident_mib(controller.process)
+        result = PhaseResult(sent, dict(watcher.ready), dict(watcher.reasons), writes, created)
+        run.remove(namespace)  # while its controller runs: it may hold finalizers
+    finally:
+        controller.stop(run.cluster)
+    return result
+
+
 def phase_two(run: Run) -> PhaseResult:
     namespace = common.create_namespace(run.core, "bench-base")
     run.namespaces.append(namespace)
@@ -642,6 +734,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--refused", type=int, default=0, help="also this many episodes the policy refuses (untimed)"
     )
+    parser.add_argument(
+        "--agent-sandbox",
+        action=argparse.BooleanOptionalAction,
+        help="also time agent-sandbox's controller making the baseline's pods as cold Sandboxes (default: "
+        "on the local control plane only; it installs a CRD for the phase)",
+    )
     args = parser.parse_args(argv)
     if not 1 <= args.hosts <= 50:
         parser.error("--hosts must be between 1 and 50")
@@ -656,10 +754,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     with common.prepared_cluster("gymsandbox-bench-", args.keep) as (cluster, api, directory):
         run = Run(args, cluster, api, directory)
+        if args.agent_sandbox is None:
+            args.agent_sandbox = cluster.local
         preflight(run)
         try:
             operator_result = phase_one(run)
             baseline_result = phase_two(run)
+            reference_result = phase_three(run) if args.agent_sandbox else None
         finally:
             for namespace in list(run.namespaces):
                 run.remove(namespace)
@@ -669,7 +770,14 @@ def main(argv: list[str] | None = None) -> int:
                     f"kept namespaces {run.namespaces}; "
                     "the GymHost keeps its finalizer until an operator runs"
                 )
-        report(args.n, args.hosts, operator_result, baseline_result, run.usage)
+        report(
+            args.n,
+            args.hosts,
+            op=operator_result,
+            base=baseline_result,
+            reference=reference_result,
+            usage=run.usage,
+        )
     return 0
 
 

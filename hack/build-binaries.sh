@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build the pinned binaries from Go module sources into ~/.cache/gymsandbox: the control plane by default;
-# the real node's with `kubelet containerd gvisor knp coredns`.
+# the real node's with `kubelet containerd gvisor knp coredns`; agent-sandbox's controller (bench/episodes.py's
+# reference) with `agent-sandbox`.
 # Each component lives in a directory keyed by its version and is rebuilt only when its pin changes.
 # Prints the bin directory of every component on success (one "NAME=DIR" line each, on stdout).
 set -euo pipefail
@@ -154,6 +155,23 @@ build_coredns() {
   (cd "$dir/src" && go build -ldflags "-s -w" -o "$dir/bin/coredns" .)
 }
 
+# ---- the bench's reference (bench/agent_sandbox.py) ---------------------------------------------------------
+
+# agent-sandbox's controller, and its Sandbox CRD beside it (crds/): the module's own, unchanged.
+build_agent_sandbox() {
+  local dir=$1 module=sigs.k8s.io/agent-sandbox
+  printf 'module gymsandbox.dev/hack/agentsandbox\n\ngo 1.26.0\n\nrequire %s %s\n' "$module" "$AGENT_SANDBOX_VERSION" \
+    >"$dir/src/go.mod"
+  printf '//go:build tools\n\npackage tools\n\nimport _ "%s/cmd/agent-sandbox-controller"\n' "$module" >"$dir/src/tools.go"
+  log "agent-sandbox: resolving modules (go mod tidy)"
+  (cd "$dir/src" && go mod tidy)
+  log "agent-sandbox: compiling agent-sandbox-controller"
+  (cd "$dir/src" && go build -ldflags "-s -w" -o "$dir/bin/agent-sandbox-controller" "$module/cmd/agent-sandbox-controller")
+  mkdir -p "$dir/crds"
+  cp "$GOMODCACHE/$module@$AGENT_SANDBOX_VERSION/k8s/crds/agents.x-k8s.io_sandboxes.yaml" "$dir/crds/"
+  chmod u+w "$dir/crds/"*
+}
+
 targets=("${@:-etcd kwok helm kubernetes}")
 for t in ${targets[*]}; do
   case $t in
@@ -179,6 +197,9 @@ for t in ${targets[*]}; do
     coredns)
       d="$cache/coredns-$COREDNS_VERSION-$(source_key node/coredns-main.go)"
       build_once coredns "$d" build_coredns; echo "coredns=$d/bin" ;;
+    agent-sandbox)
+      build_once agent-sandbox "$cache/agent-sandbox-$AGENT_SANDBOX_VERSION" build_agent_sandbox
+      echo "agent-sandbox=$cache/agent-sandbox-$AGENT_SANDBOX_VERSION" ;;
     *) echo "unknown target: $t" >&2; exit 2 ;;
   esac
 done
