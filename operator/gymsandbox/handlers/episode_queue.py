@@ -35,8 +35,10 @@ from gymsandbox.policy.episodes import EpisodeRequest, admit_episode, episode_tt
 from gymsandbox.policy.queue import EpisodeSlot, plan_queue, position_due
 
 RESOURCE = "episodesandboxes"
-# A host's counts (status.episodes) are written at most this often while episodes come and go.
-COUNTS_SECONDS = 1.0
+# A host's counts (status.episodes) are written at most this often while episodes come and go (the last ones
+# within COUNTS_SECONDS + REAP_SECONDS of the change): a custom resource's status patch is among the API
+# server's dearest writes, and at 1 s a burst over ten hosts cost 0.3 host writes per episode.
+COUNTS_SECONDS = 5.0
 # Queue positions are exact once no episode of the host has been admitted for this long (policy/queue.py
 # position_due); the host's tick (REAP_SECONDS) brings that pass when the queue stops moving. Not shorter:
 # slots freeing in waves (TTLs of a few seconds) would rewrite the whole queue between waves.
