@@ -86,6 +86,39 @@ def test_later_calls_once_per_key_and_the_earliest_wins() -> None:
     assert calls == ["early"]
 
 
+def test_later_wakes_for_a_call_due_before_the_one_it_sleeps_for() -> None:
+    later, done = Later(), threading.Event()
+    later.call("far", 30, lambda: None)
+    time.sleep(0.1)  # the thread now sleeps until "far" is due
+    started = time.monotonic()
+    later.call("near", 0.05, done.set)
+    assert done.wait(timeout=5)
+    assert time.monotonic() - started < 2
+
+
+def test_later_runs_many_calls_each_once_in_the_order_they_fall_due() -> None:
+    later, calls, done = Later(), [], threading.Event()
+    keys = [f"k{i}" for i in range(200)]
+    for i, key in reversed(list(enumerate(keys))):  # asked latest first
+        later.call(key, 0.05 + i * 0.001, lambda key=key: calls.append(key))
+    later.call("k0", 0.04, lambda: calls.append("k0 sooner"))  # supersedes k0's first call
+    later.call("end", 0.5, done.set)
+    assert done.wait(timeout=5)
+    assert calls == ["k0 sooner", *keys[1:]]
+
+
+def test_later_a_key_asked_again_after_it_ran_waits_for_its_own_time() -> None:
+    later, ran = Later(), []
+    later.call("k", 0.2, lambda: ran.append(("superseded", time.monotonic())))
+    later.call("k", 0.01, lambda: ran.append(("sooner", time.monotonic())))
+    time.sleep(0.05)  # "sooner" has run; the superseded call's entry is still waiting its turn
+    asked = time.monotonic()
+    later.call("k", 0.6, lambda: ran.append(("again", time.monotonic())))
+    time.sleep(1.0)
+    assert [name for name, _ in ran] == ["sooner", "again"]
+    assert ran[1][1] - asked >= 0.55
+
+
 def test_the_pod_store_keeps_what_is_read_of_a_pod_and_drops_its_containers() -> None:
     store = Store(keep=slim_pod)
     pod = episode("p", "u1", 3)
