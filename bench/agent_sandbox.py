@@ -13,7 +13,7 @@ import signal
 import subprocess
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,9 +26,11 @@ from common import ROOT, Cluster, log
 
 GROUP, VERSION, PLURAL = "agents.x-k8s.io", "v1beta1", "sandboxes"
 CRD = f"{PLURAL}.{GROUP}"
+CRD_SECONDS = 300  # for a CRD being deleted (with a thousand Sandboxes) to go, or for it to be Established
 # Its client's request counter (client-go's, by HTTP method) on its metrics endpoint.
 REQUESTS_METRIC = "rest_client_requests"
 WRITE_METHODS = ("POST", "PUT", "PATCH", "DELETE")
+WORKERS_STARTED = '"msg":"Starting workers"'  # controller-runtime logs it once a controller's caches synced
 
 
 def build() -> Path:
@@ -62,9 +64,14 @@ class Controller:
     @classmethod
     def start(cls, cluster: Cluster, component: Path, log_path: Path) -> Controller:
         """Install its CRD and start its controller (one replica: no leader election); returns once it
-        serves its metrics."""
+        serves its metrics and has started its workers."""
+        # A CRD still being deleted (its Sandboxes go first) would take the apply and then vanish.
+        until(lambda: not crd_field(cluster, "{.metadata.deletionTimestamp}"), "the old CRD to be deleted")
         cluster.kubectl_run("apply", "--server-side", "-f", str(component / "crds"))
-        cluster.kubectl_run("wait", "--for=condition=Established", "--timeout=60s", f"crd/{CRD}")
+        until(
+            lambda: "True" in crd_field(cluster, '{.status.conditions[?(@.type=="Established")].status}'),
+            "its CRD to be Established",
+        )
         port = common.load_cluster_script().free_port()
         argv = [
             str(component / "bin" / "agent-sandbox-controller"),
@@ -78,7 +85,9 @@ class Controller:
         log(f"agent-sandbox controller pid {process.pid}, log {log_path}")
         controller = cls(process, f"http://127.0.0.1:{port}/metrics")
         deadline = time.monotonic() + 60
-        while controller.requests() is None:
+        # Ready to compare once it serves its metrics and its informers have synced (its workers started),
+        # as the operator's have before the bench creates an episode.
+        while controller.requests() is None or WORKERS_STARTED not in log_path.read_text(errors="replace"):
             if process.poll() is not None or time.monotonic() > deadline:
                 controller.stop(cluster)
                 raise RuntimeError(
@@ -101,7 +110,8 @@ class Controller:
         return counts
 
     def stop(self, cluster: Cluster) -> None:
-        """SIGTERM (SIGKILL after 20 s) by its PID, then delete its CRD and with it every Sandbox."""
+        """SIGTERM (SIGKILL after 20 s) by its PID, then delete its CRD and with it every Sandbox (the API
+        server finishes that; the next start waits for it)."""
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
@@ -109,7 +119,24 @@ class Controller:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(timeout=20)
-        cluster.kubectl_run("delete", "crd", CRD, "--ignore-not-found", "--timeout=120s", check=False)
+        cluster.kubectl_run(
+            "delete", "crd", CRD, "--ignore-not-found", f"--timeout={CRD_SECONDS}s", check=False
+        )
+
+
+def crd_field(cluster: Cluster, jsonpath: str) -> str:
+    """A field of its CRD (empty when the CRD or the field is not there)."""
+    return cluster.kubectl_run(
+        "get", "crd", CRD, "--ignore-not-found", "-o", f"jsonpath={jsonpath}", check=False
+    ).stdout.strip()
+
+
+def until(done: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + CRD_SECONDS
+    while not done():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"gave up waiting {CRD_SECONDS} s for {what}")
+        time.sleep(1)
 
 
 def writes(before: Counter[str], after: Counter[str]) -> Counter[str]:
