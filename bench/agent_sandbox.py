@@ -119,9 +119,7 @@ class Controller:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(timeout=20)
-        cluster.kubectl_run(
-            "delete", "crd", CRD, "--ignore-not-found", f"--timeout={CRD_SECONDS}s", check=False
-        )
+        cluster.kubectl_run("delete", "crd", CRD, "--ignore-not-found", "--wait=false", check=False)
 
 
 def crd_field(cluster: Cluster, jsonpath: str) -> str:
