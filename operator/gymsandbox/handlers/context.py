@@ -229,6 +229,9 @@ class OperatorContext:
     host_judgements: dict[str, tuple[Any, Any]] = field(default_factory=dict)
     # Per episode uid: its slot and phase as the planner last saw them, with the versions they were made for.
     slots: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    # Per episode uid: the versions of it and of its pod, as stored, whose Ready the drift pass last found in
+    # agreement; it compares the two again only once either changes.
+    agreed: dict[str, tuple[Any, ...]] = field(default_factory=dict)
     # RuntimeClass names seen to exist, and when (a missing one is asked for again every time).
     runtime_classes: dict[str, float] = field(default_factory=dict)
     helpers: ThreadPoolExecutor = field(
@@ -283,7 +286,7 @@ class OperatorContext:
         for per_host in (self.lingering, self.host_judgements):
             for uid in [u for u in per_host if u not in self.locks]:
                 per_host.pop(uid, None)
-        for per_episode in (self.children, self.judgements, self.slots, self.admissions):
+        for per_episode in (self.children, self.judgements, self.slots, self.admissions, self.agreed):
             for uid in [u for u in per_episode if u not in self.locks]:
                 per_episode.pop(uid, None)
 
@@ -293,6 +296,7 @@ class OperatorContext:
         self.children.pop(uid, None)
         self.judgements.pop(uid, None)
         self.slots.pop(uid, None)
+        self.agreed.pop(uid, None)
 
     def forget_host(self, uid: str) -> None:
         """Drop what is kept per host once it is gone: the maps stay as large as the live hosts."""
