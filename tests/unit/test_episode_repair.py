@@ -1,7 +1,10 @@
 """The drift pass (episodes_needing_repair) reads the children's stores: an episode whose children were made
 a moment ago may have no pod stored yet (its watch has not told of it), and is then neither repaired nor a
 failure of the pass. Seen under 1,000 episodes expiring at once (tests/chaos/test_mass_expiry.py): a KeyError
-failed the pass for every episode of the namespace."""
+failed the pass for every episode of the namespace.
+
+It compares an episode's stored Ready with its stored pod once, and again only once either changes: a pass
+that skipped a changed pair would leave a stale Ready unrepaired."""
 
 from __future__ import annotations
 
