@@ -37,10 +37,11 @@ cluster-down: venv ## stop the real node and the control plane, put the host bac
 
 LINTED := $(wildcard operator tests hack bench examples)
 
-lint: venv ## ruff and mypy (strict)
+lint: venv ## ruff, mypy (strict) and the import rules between layers (pyproject.toml [tool.importlinter])
 	$(VENV)/bin/ruff check $(LINTED)
 	$(VENV)/bin/ruff format --check $(LINTED)
 	$(VENV)/bin/mypy
+	set -o pipefail; $(VENV)/bin/lint-imports --no-cache | sed -n '/^Contracts$$/,$$p'
 
 crds: venv ## regenerate crds/, the chart's copy of them, its values.schema.json and docs/dashboard.json
 	$(VENV)/bin/gymsandbox crds --output-dir crds

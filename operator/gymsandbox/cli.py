@@ -12,7 +12,7 @@ try:
     from gymsandbox import __version__, chartschema, crdgen, dashboard
     from gymsandbox.broker.server import TLSFilesError, run_broker
     from gymsandbox.broker.service import BrokerSettings
-    from gymsandbox.handlers.leases import SigningKeyError
+    from gymsandbox.kube.signing import SigningKeyError
     from gymsandbox.metrics import MetricsListenError
     from gymsandbox.policy.cluster import PolicyError
     from gymsandbox.runner import run_operator

@@ -5,19 +5,18 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, cast
 
 import kopf
-from kubernetes import client, config
 
 import gymsandbox.handlers  # noqa: F401 - importing registers the handlers with kopf
 from gymsandbox.api.names import FINALIZER, GROUP
 from gymsandbox.handlers.context import WORKERS, OperatorContext
-from gymsandbox.handlers.kube import Kube
-from gymsandbox.handlers.leases import ensure_signing_key
+from gymsandbox.kube.client import Kube
+from gymsandbox.kube.connect import api_client
+from gymsandbox.kube.signing import ensure_signing_key
 from gymsandbox.logs import quiet_kopf
 from gymsandbox.metrics import METRICS, count_watch_restarts, serve_metrics
 from gymsandbox.policy.cluster import ClusterPolicy, load_policy
@@ -25,19 +24,6 @@ from gymsandbox.policy.cluster import ClusterPolicy, load_policy
 # The kinds with kopf handlers that compare an object with its last-handled state (handlers/gymhost.py's
 # on.create/update/resume/delete and both kinds' timers on GymHosts); the rest have event and index handlers.
 CHANGE_HANDLED_KINDS = frozenset({"GymHost"})
-
-
-def api_client(connections: int = 3 * WORKERS) -> client.ApiClient:
-    """In a pod, its service account; elsewhere, KUBECONFIG or ~/.kube/config. One pooled connection per
-    thread that uses it (by default kopf's handler threads, the episodes' workers and their helpers: a
-    smaller pool would discard, and log, a connection after nearly every burst)."""
-    configuration = client.Configuration()
-    if os.environ.get("KUBERNETES_SERVICE_HOST"):
-        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-    else:
-        config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-    configuration.connection_pool_maxsize = connections
-    return client.ApiClient(configuration)
 
 
 class DigestDiffBaseStorage(kopf.AnnotationsDiffBaseStorage):
@@ -120,7 +106,7 @@ def run_operator(
         quiet_kopf()
     count_watch_restarts(METRICS, verbose)
     logging.getLogger("kubernetes").setLevel(logging.WARNING)
-    kube = Kube(api_client())
+    kube = Kube(api_client(connections=3 * WORKERS))
     context = OperatorContext(
         policy=policy,
         kube=kube,

@@ -51,7 +51,7 @@ def test_api_server_killed_and_restarted_after_a_compaction_every_watch_relists_
     )
     assert watch_restarts(operator, "expired") > expired, "no watch saw 410 Gone: the fault did not happen"
     relisted = operator.output()[log_offset:]
-    for plural in ("episodesandboxes", "pods"):  # the episodes' own watches (handlers/informer.py)
+    for plural in ("episodesandboxes", "pods"):  # the episodes' own watches (kube/informer.py)
         assert f"the watch of {plural} expired (410 Gone): listing them again" in relisted
     assert_no_traceback(operator, log_offset)
 

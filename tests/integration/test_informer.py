@@ -1,4 +1,4 @@
-"""The episodes' informer (handlers/informer.py) on a real API server, watching labelled ConfigMaps: a
+"""The episodes' informer (kube/informer.py) on a real API server, watching labelled ConfigMaps: a
 listing, then every change as it happens; a listing that no longer shows an object held is its deletion.
 (The listing again when a watch's version is gone, 410, is the chaos tier's: test_control_plane_restart.)"""
 
@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from gymsandbox.handlers.informer import Informer
-from gymsandbox.handlers.kube import Kind, Kube
-from gymsandbox.handlers.store import Store
+from gymsandbox.kube.client import Kind, Kube
+from gymsandbox.kube.informer import Informer
+from gymsandbox.kube.store import Store
 
 pytestmark = pytest.mark.integration
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from kubernetes import client
 
-from gymsandbox.handlers.kube import SECRET, Kube
+from gymsandbox.kube.client import SECRET, Kube
 
 pytestmark = pytest.mark.integration
 

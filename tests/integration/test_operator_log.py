@@ -16,7 +16,7 @@ from kubernetes import client
 from gymsandbox.api.names import FINALIZER
 from gymsandbox.handlers.context import OperatorContext
 from gymsandbox.handlers.gymhost import release_hosts
-from gymsandbox.handlers.kube import GYMHOST, Kube
+from gymsandbox.kube.client import GYMHOST, Kube
 from gymsandbox.leases import SigningKey
 from gymsandbox.policy.cluster import ClusterPolicy
 from tests.cluster_fixtures import Cluster, Identities, OperatorProcess, release_finalizers

@@ -11,7 +11,7 @@ from typing import Any, cast
 from gymsandbox.api.conditions import Reason
 from gymsandbox.handlers.context import Admission, OperatorContext
 from gymsandbox.handlers.episode_queue import judged, planned_slot
-from gymsandbox.handlers.kube import Kube
+from gymsandbox.kube.client import Kube
 from gymsandbox.leases import SigningKey
 from gymsandbox.policy.cluster import ClusterPolicy
 

@@ -18,7 +18,7 @@ from gymsandbox.desired.names import label_value
 from gymsandbox.handlers import episode_children
 from gymsandbox.handlers.context import Made, OperatorContext
 from gymsandbox.handlers.episode_children import WATCH_LAG_SECONDS, episodes_needing_repair
-from gymsandbox.handlers.kube import Kube
+from gymsandbox.kube.client import Kube
 from gymsandbox.leases import SigningKey
 from gymsandbox.policy.cluster import ClusterPolicy
 from gymsandbox.status.episode import ready_is_stale

@@ -20,7 +20,7 @@ from gymsandbox.handlers.common import (
     logs_tail,
     observed,
 )
-from gymsandbox.handlers.kube import Kube, api_outage, api_refusal
+from gymsandbox.kube.client import Kube, api_outage, api_refusal
 from gymsandbox.status.pod import PodFailure
 
 TOKEN = "gs1.eyJwYXlsb2FkIjoieCJ9.c2lnbmF0dXJl"

@@ -10,7 +10,7 @@ from typing import cast
 import pytest
 
 from gymsandbox.handlers.context import Coalesced, KeyedLocks, OperatorContext
-from gymsandbox.handlers.kube import Kube
+from gymsandbox.kube.client import Kube
 from gymsandbox.leases import SigningKey
 from gymsandbox.policy.cluster import ClusterPolicy
 

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from gymsandbox.handlers.events import MESSAGE_CHARS, warning_event, why_not_posted
+from gymsandbox.kube.events import MESSAGE_CHARS, warning_event, why_not_posted
 
 
 def api_error(status: int, causes: tuple[str, ...] = (), message: str = "") -> ApiException:

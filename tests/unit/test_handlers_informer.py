@@ -9,8 +9,8 @@ from typing import Any
 import kopf
 import pytest
 
-from gymsandbox.handlers.informer import WorkQueue
 from gymsandbox.handlers.watches import watched_namespaces
+from gymsandbox.kube.informer import WorkQueue
 from gymsandbox.runner import run_operator  # noqa: F401  (registers the handlers)
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from gymsandbox.desired.owner import template_hash
 from gymsandbox.handlers.context import Later, host_of
-from gymsandbox.handlers.store import (
+from gymsandbox.kube.store import (
     WORD_CHARS,
     Store,
     Vocabulary,
@@ -99,10 +99,13 @@ def test_later_wakes_for_a_call_due_before_the_one_it_sleeps_for() -> None:
 def test_later_runs_many_calls_each_once_in_the_order_they_fall_due() -> None:
     later, calls, done = Later(), [], threading.Event()
     keys = [f"k{i}" for i in range(200)]
+    # Each call is due at a fixed moment, however long asking for 200 of them takes on a loaded machine, and
+    # 5 ms apart: a thread preempted between reading the clock here and in `call` does not swap two of them.
+    base = time.monotonic() + 0.5
     for i, key in reversed(list(enumerate(keys))):  # asked latest first
-        later.call(key, 0.05 + i * 0.001, lambda key=key: calls.append(key))
-    later.call("k0", 0.04, lambda: calls.append("k0 sooner"))  # supersedes k0's first call
-    later.call("end", 0.5, done.set)
+        later.call(key, base + i * 0.005 - time.monotonic(), lambda key=key: calls.append(key))
+    later.call("k0", base - 0.05 - time.monotonic(), lambda: calls.append("k0 sooner"))  # supersedes k0's
+    later.call("end", base + 1.5 - time.monotonic(), done.set)
     assert done.wait(timeout=5)
     assert calls == ["k0 sooner", *keys[1:]]
 

@@ -8,7 +8,7 @@ import json
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from gymsandbox.handlers.kube import POD, SECRET, Kube, namespace_terminating
+from gymsandbox.kube.client import POD, SECRET, Kube, namespace_terminating
 
 TOKEN = "gs1.eyJwYXlsb2FkIjoieCJ9.c2lnbmF0dXJl"
 

@@ -9,7 +9,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from gymsandbox.api.names import LABEL_MANAGED_BY, MANAGED_BY
-from gymsandbox.handlers.leases import SigningKeyError, wait_for_signing_key
+from gymsandbox.kube.signing import SigningKeyError, wait_for_signing_key
 from gymsandbox.leases import SIGNING_KEY_SECRET, SigningKey, key_from_secret, signing_key_secret
 from gymsandbox.leases.keys import SIGNING_KEY_DATA_KEY
 

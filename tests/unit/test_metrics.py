@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from gymsandbox.handlers.kube import request_labels
+from gymsandbox.kube.client import request_labels
 from gymsandbox.metrics import OperatorMetrics, WatchRestarts, episode_phase, host_phase
 
 READY = {"type": "Ready", "status": "True", "reason": "SandboxReady"}

@@ -20,7 +20,7 @@ from websocket import WebSocketException
 
 from gymsandbox.broker.recent import Recent
 from gymsandbox.desired.owner import Manifest
-from gymsandbox.handlers.kube import EPISODE, GYMHOST, POD, Kind, Kube
+from gymsandbox.kube.client import EPISODE, GYMHOST, POD, Kind, Kube
 
 TRUNCATED = b"\n[output truncated]\n"
 EXIT_DEADLINE = -1  # killed at its deadline

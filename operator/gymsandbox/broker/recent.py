@@ -21,7 +21,7 @@ from concurrent.futures import Future
 from typing import cast
 
 from gymsandbox.desired.owner import Manifest
-from gymsandbox.handlers.store import slim
+from gymsandbox.kube.store import slim
 
 KEEP_SECONDS = 1.0
 MOST_KEPT = 8192  # objects; past it the expired ones are dropped, then the oldest

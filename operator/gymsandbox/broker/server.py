@@ -17,11 +17,11 @@ import uvicorn
 from gymsandbox.broker.app import create_app
 from gymsandbox.broker.backend import KubeBackend
 from gymsandbox.broker.service import BrokerSettings, BrokerState
-from gymsandbox.handlers.kube import Kube
-from gymsandbox.handlers.leases import wait_for_signing_key
+from gymsandbox.kube.client import Kube
+from gymsandbox.kube.connect import api_client
+from gymsandbox.kube.signing import wait_for_signing_key
 from gymsandbox.metrics import serve_metrics
 from gymsandbox.policy.cluster import load_policy
-from gymsandbox.runner import api_client
 
 log = logging.getLogger("gymsandbox.broker")
 

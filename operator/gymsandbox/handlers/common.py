@@ -13,7 +13,7 @@ import kopf
 
 from gymsandbox.api.conditions import ConditionType, Reason
 from gymsandbox.handlers.context import ERROR_BACKOFF_SECONDS
-from gymsandbox.handlers.kube import EVENT, Kube, api_outage, api_refusal
+from gymsandbox.kube.client import EVENT, Kube, api_outage, api_refusal
 from gymsandbox.metrics import METRICS
 from gymsandbox.status.conditions import ConditionState, find
 from gymsandbox.status.pod import SANDBOX_EVENT_REASON, PodFailure, sandbox_overdue

@@ -17,9 +17,9 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from gymsandbox.api.names import LABEL_HOST
-from gymsandbox.handlers.events import EventPoster
-from gymsandbox.handlers.kube import Kube
-from gymsandbox.handlers.store import Store, slim_network_policy, slim_pod, slim_secret
+from gymsandbox.kube.client import Kube
+from gymsandbox.kube.events import EventPoster
+from gymsandbox.kube.store import Store, slim_network_policy, slim_pod, slim_secret
 from gymsandbox.leases import SigningKey
 from gymsandbox.policy.cluster import ClusterPolicy
 from gymsandbox.policy.egress import BoundedResolver, Resolver
@@ -209,7 +209,7 @@ class OperatorContext:
     _due_lock: threading.Lock = field(default_factory=threading.Lock)
     # Per host uid: sandbox pods still running without an open episode at the last look (each holds a slot).
     lingering: dict[str, int] = field(default_factory=dict)
-    # What the watches have seen (handlers/store.py): episodes by host, their children, hosts.
+    # What the watches have seen (kube/store.py): episodes by host, their children, hosts.
     episodes: Store = field(default_factory=lambda: Store(host_of))
     pods: Store = field(default_factory=lambda: Store(host_label_of, keep=slim_pod))  # by host label
     secrets: Store = field(default_factory=lambda: Store(keep=slim_secret))  # episodes' lease Secrets
@@ -239,7 +239,7 @@ class OperatorContext:
             max_workers=WORKERS, thread_name_prefix="gymsandbox-helper"
         )
     )
-    # Warning events, posted on a thread of their own (handlers/events.py).
+    # Warning events, posted on a thread of their own (kube/events.py).
     events: EventPoster = field(default_factory=EventPoster)
 
     def alongside(self, fn: Callable[[], T]) -> Future[T]:

@@ -1,7 +1,7 @@
 """EpisodeSandbox handlers: thin; the decisions are in episode_queue (admission, FIFO, reaping) and
 episode_children (the children and their repair).
 
-Two loops share the work, both level-based, both reading the stores the watches feed (handlers/store.py):
+Two loops share the work, both level-based, both reading the stores the watches feed (kube/store.py):
 - per host (`sync_host_episodes`, under the host's lock): reap the expired, decide admissions in FIFO order
   up to episodes.maxConcurrent, number the queue, count.
 - per episode (`refresh_episode`, under the episode's lock): a decided admission is written first, with
@@ -51,7 +51,7 @@ from gymsandbox.handlers.episode_children import (
     owner_of,
 )
 from gymsandbox.handlers.episode_queue import sync_host_episodes, write_status
-from gymsandbox.handlers.kube import EPISODE, api_outage, api_refusal, namespace_terminating
+from gymsandbox.kube.client import EPISODE, api_outage, api_refusal, namespace_terminating
 from gymsandbox.metrics import METRICS
 from gymsandbox.status.conditions import merge_conditions
 from gymsandbox.status.episode import EpisodeObservation, EpisodeVerdict, compute_episode_conditions

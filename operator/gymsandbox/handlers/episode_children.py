@@ -32,7 +32,8 @@ from gymsandbox.handlers.episode_queue import (
     pod_deadline_seconds,
 )
 from gymsandbox.handlers.gymhost import delete_pod, ensure_network_policy, ensure_pod
-from gymsandbox.handlers.kube import (
+from gymsandbox.handlers.leases import ensure_lease_secret, secret_token
+from gymsandbox.kube.client import (
     EPISODE,
     GYMHOST,
     NETWORK_POLICY,
@@ -42,7 +43,6 @@ from gymsandbox.handlers.kube import (
     ChildConflictError,
     Kube,
 )
-from gymsandbox.handlers.leases import ensure_lease_secret, secret_token
 from gymsandbox.leases import Claims, Kind, Scope
 from gymsandbox.policy.admission import Refusal
 from gymsandbox.policy.egress import EgressError, EgressTarget, ResolutionError, egress_targets, resolve
@@ -277,7 +277,7 @@ def children_seen(
     ctx: OperatorContext, namespace: str, moment: datetime
 ) -> tuple[list[set[str]], dict[str, Manifest], dict[str, str | None]]:
     """The namespace's episode Secrets, NetworkPolicies and sandbox pods as their watches keep them (a gap a
-    watch cannot resume is listed again: handlers/informer.py), orphans among them ended: for each kind, the
+    watch cannot resume is listed again: kube/informer.py), orphans among them ended: for each kind, the
     episode labels whose child is there and sound; the pods by episode label; the lease tokens by episode
     label."""
     secrets, policies, stored_pods = (

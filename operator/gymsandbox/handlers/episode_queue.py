@@ -1,5 +1,5 @@
 """An episode's admission: policy (judge), then its host's FIFO queue under episodes.maxConcurrent, and the
-reaping of the expired, decided from the episode store (handlers/store.py), never from a listing.
+reaping of the expired, decided from the episode store (kube/store.py), never from a listing.
 
 A slot is decided in memory (OperatorContext.admissions) under the host's lock, so two decisions never
 overlap, and written by the episode's own reconcile in the same status write as its first conditions,
@@ -26,9 +26,9 @@ from gymsandbox.desired.names import label_value
 from gymsandbox.desired.owner import Manifest
 from gymsandbox.handlers.common import parse_time, timestamp
 from gymsandbox.handlers.context import Admission, OperatorContext
-from gymsandbox.handlers.kube import EPISODE, GYMHOST, Kind
 from gymsandbox.handlers.sandboxes import end_lingering_sandboxes, stop_sandboxes
-from gymsandbox.handlers.store import newer
+from gymsandbox.kube.client import EPISODE, GYMHOST, Kind
+from gymsandbox.kube.store import newer
 from gymsandbox.metrics import METRICS, episode_phase
 from gymsandbox.policy.admission import Refusal, admit_gymhost
 from gymsandbox.policy.episodes import EpisodeRequest, admit_episode, episode_ttl_seconds
@@ -207,7 +207,7 @@ def planned_slot(ctx: OperatorContext, episode: Mapping[str, Any], host: Manifes
 
 def host_episodes(ctx: OperatorContext, host: Manifest) -> list[Manifest]:
     """The host's episodes from the store (its watch lists them again after a gap it cannot resume, and a
-    deletion the gap hid is then seen: handlers/informer.py)."""
+    deletion the gap hid is then seen: kube/informer.py)."""
     meta = host["metadata"]
     return [e for e in ctx.episodes.group(meta["namespace"], meta["name"]) if belongs_to(e, meta["uid"])]
 

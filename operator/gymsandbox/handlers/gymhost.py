@@ -42,7 +42,8 @@ from gymsandbox.handlers.context import (
     RESYNC_SECONDS,
     OperatorContext,
 )
-from gymsandbox.handlers.kube import (
+from gymsandbox.handlers.leases import ensure_lease_secret
+from gymsandbox.kube.client import (
     EPISODE,
     GYMHOST,
     NETWORK_POLICY,
@@ -58,8 +59,7 @@ from gymsandbox.handlers.kube import (
     namespace_terminating,
     owned_by,
 )
-from gymsandbox.handlers.leases import ensure_lease_secret
-from gymsandbox.handlers.store import Store
+from gymsandbox.kube.store import Store
 from gymsandbox.leases import Claims, Kind, Scope
 from gymsandbox.metrics import METRICS, host_phase
 from gymsandbox.policy.admission import Refusal, admit_gymhost, host_ttl_seconds

@@ -7,8 +7,8 @@ from __future__ import annotations
 from gymsandbox.api.names import LABEL_EPISODE
 from gymsandbox.desired.labels import episodes_pods_selector, sandbox_pods_selector
 from gymsandbox.desired.names import label_value
-from gymsandbox.handlers.kube import POD, Kube
-from gymsandbox.handlers.store import Store
+from gymsandbox.kube.client import POD, Kube
+from gymsandbox.kube.store import Store
 
 REAP_BATCH = 100  # episodes whose pods one request deletes (a label selector of their names)
 _OVER = ("Succeeded", "Failed")

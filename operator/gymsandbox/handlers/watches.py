@@ -1,4 +1,4 @@
-"""The watches kept off kopf (handlers/informer.py): episodes, their sandbox pods, lease Secrets and
+"""The watches kept off kopf (kube/informer.py): episodes, their sandbox pods, lease Secrets and
 NetworkPolicies (these two only stored, for the drift pass) and the hosts' pods, started when the operator
 starts. kopf watches only GymHosts and namespaces.
 
@@ -27,9 +27,9 @@ from gymsandbox.handlers.common import observed
 from gymsandbox.handlers.context import WORKERS, OperatorContext
 from gymsandbox.handlers.episode import episode_event, episode_pod_changed, episode_seen
 from gymsandbox.handlers.gymhost import host_pod_changed
-from gymsandbox.handlers.informer import Handle, Informer, WorkQueue
-from gymsandbox.handlers.kube import EPISODE, NETWORK_POLICY, POD, SECRET
-from gymsandbox.handlers.store import Store, slim_pod
+from gymsandbox.kube.client import EPISODE, NETWORK_POLICY, POD, SECRET
+from gymsandbox.kube.informer import Handle, Informer, WorkQueue
+from gymsandbox.kube.store import Store, slim_pod
 
 LOG = logging.getLogger("gymsandbox")
 PATTERN_CHARACTERS = frozenset("*?[!")

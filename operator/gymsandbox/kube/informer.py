@@ -23,8 +23,8 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from gymsandbox.desired.owner import Manifest
-from gymsandbox.handlers.kube import Kind, Kube, api_outage, api_refusal
-from gymsandbox.handlers.store import Store
+from gymsandbox.kube.client import Kind, Kube, api_outage, api_refusal
+from gymsandbox.kube.store import Store
 from gymsandbox.metrics import METRICS
 
 LOG = logging.getLogger("gymsandbox")

@@ -1,6 +1,6 @@
 """Warning events about the operator's objects (a refusal, a failure), posted on a thread of their own.
 
-Handlers run on kopf's threads and on the episode watches' work queue (handlers/informer.py); kopf's own
+Handlers run on kopf's threads and on the episode watches' work queue (kube/informer.py); kopf's own
 posting works only inside kopf's handlers, so every event goes through an `EventPoster` instead. Posting
 never holds up a reconcile: the event waits in a bounded queue, and one the API server refuses or does
 not take is logged in a line and dropped (the object's status is the record; the event is a courtesy).
@@ -17,7 +17,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from gymsandbox.handlers.kube import EVENT, Kube, api_outage, api_refusal, namespace_terminating
+from gymsandbox.kube.client import EVENT, Kube, api_outage, api_refusal, namespace_terminating
 
 LOG = logging.getLogger("gymsandbox")
 COMPONENT = "gymsandbox-operator"

@@ -5,7 +5,7 @@ function for hosts: both list before any handler runs, so no handler decides fro
 the DELETED events, and by the answers to the operator's own writes (a decision sees what was just written
 before its watch event arrives). A body is replaced only by a newer resourceVersion; a deleted object's uid
 is remembered for a while, so a late answer cannot bring it back. A deletion lost in a watch gap is the
-watch's to find: it lists again and hands on what the listing no longer shows (handlers/informer.py).
+watch's to find: it lists again and hands on what the listing no longer shows (kube/informer.py).
 """
 
 from __future__ import annotations
@@ -107,7 +107,7 @@ def newer(candidate: Mapping[str, Any], current: Mapping[str, Any]) -> bool:
 
 class Store:
     """Objects of one kind by (namespace, name), and by a group key (for episodes: their host); `keep` says
-    what of each object is held (and is all that the watches hand on, handlers/informer.py)."""
+    what of each object is held (and is all that the watches hand on, kube/informer.py)."""
 
     def __init__(
         self,
