@@ -43,11 +43,12 @@ lint: venv ## ruff, mypy (strict) and the import rules between layers (pyproject
 	$(VENV)/bin/mypy
 	set -o pipefail; $(VENV)/bin/lint-imports --no-cache | sed -n '/^Contracts$$/,$$p'
 
-crds: venv ## regenerate crds/, the chart's copy of them, its values.schema.json and docs/dashboard.json
+crds: venv ## regenerate crds/, the chart's copy of them, its values.schema.json, docs/dashboard.json, docs/api.md and docs/troubleshooting.md
 	$(VENV)/bin/gymsandbox crds --output-dir crds
 	$(VENV)/bin/gymsandbox crds --output-dir charts/gymsandbox-operator/crds
 	$(VENV)/bin/gymsandbox chart-schema
 	$(VENV)/bin/gymsandbox dashboard
+	$(VENV)/bin/gymsandbox docs --output-dir docs
 
 unit: venv ## unit tests only (no cluster)
 	$(VENV)/bin/pytest tests/unit

@@ -1,15 +1,16 @@
-"""The `gymsandbox` command: `operator`, `crds` (and later `broker`)."""
+"""The `gymsandbox` command: `operator`, `broker`, and the generators (`crds`, `chart-schema`, `dashboard`,
+`docs`)."""
 
 from __future__ import annotations
 
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 try:
-    from gymsandbox import __version__, chartschema, crdgen, dashboard
+    from gymsandbox import __version__, chartschema, crdgen, dashboard, docgen
     from gymsandbox.broker.server import TLSFilesError, run_broker
     from gymsandbox.broker.service import BrokerSettings
     from gymsandbox.kube.signing import SigningKeyError
@@ -20,6 +21,13 @@ except ModuleNotFoundError as missing:  # the light install: the host-side SDK w
     sys.exit(f"gymsandbox: {missing.name} is missing; the command needs: pip install 'gymsandbox[operator]'")
 
 Address = tuple[str, int]
+Files = Mapping[str, str]
+
+# Commands that write a directory of generated files: how to render them, and how to read what is there.
+GENERATED_DIRECTORIES: Mapping[str, tuple[Callable[[], Files], Callable[[Path], Files]]] = {
+    "crds": (crdgen.render_crd_files, crdgen.read_crd_files),
+    "docs": (docgen.render_docs, docgen.read_docs),
+}
 
 
 def listen_address(text: str) -> Address:
@@ -65,6 +73,15 @@ def _parser() -> argparse.ArgumentParser:
         help="file to write (default: docs/dashboard.json)",
     )
     board.add_argument("--check", action="store_true", help="write nothing; exit 1 if the file differs")
+    docs = commands.add_parser(
+        "docs", help="write the API reference and the troubleshooting table generated from the code"
+    )
+    docs.add_argument(
+        "--output-dir", type=Path, default=Path("docs"), help="directory of the pages (default: docs)"
+    )
+    docs.add_argument(
+        "--check", action="store_true", help="write nothing; exit 1 if the pages differ from the code"
+    )
     operator = commands.add_parser("operator", help="run the operator (reconciles GymHost objects)")
     operator.add_argument("--policy", help="cluster policy YAML (default: $GYMSANDBOX_POLICY)")
     operator.add_argument(
@@ -131,8 +148,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if args.command == "crds":
-        return _crds(args.output_dir, check=args.check)
+    if args.command in GENERATED_DIRECTORIES:
+        render, read = GENERATED_DIRECTORIES[args.command]
+        return _generated_files(args.output_dir, render(), read, args.command, check=args.check)
     if args.command == "chart-schema":
         return _generated(args.output, chartschema.render_values_schema(), "chart-schema", check=args.check)
     if args.command == "dashboard":
@@ -161,19 +179,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _crds(output_dir: Path, *, check: bool) -> int:
-    expected = crdgen.render_crd_files()
+def _generated_files(
+    output_dir: Path,
+    expected: Files,
+    read: Callable[[Path], Files],
+    command: str,
+    *,
+    check: bool,
+) -> int:
+    """Write a directory's generated files, or with `check` only compare them (`read` finds them)."""
     if not check:
         for path in crdgen.write_crd_files(output_dir, expected):
             print(f"wrote {path}")
         return 0
-    problems = crdgen.drift(expected, crdgen.read_crd_files(output_dir))
+    problems = crdgen.drift(expected, read(output_dir))
     if not problems:
         return 0
-    print(f"{output_dir} is out of date with the models:", file=sys.stderr)
+    print(f"{output_dir} is out of date with the code:", file=sys.stderr)
     for problem in problems:
         print(f"  {problem}", file=sys.stderr)
-    print(f"run `gymsandbox crds --output-dir {output_dir}` to regenerate", file=sys.stderr)
+    print(f"run `gymsandbox {command} --output-dir {output_dir}` to regenerate", file=sys.stderr)
     return 1
 
 

@@ -248,7 +248,7 @@ def dashboard() -> dict[str, Any]:
     return {
         "title": "gymsandbox",
         "uid": "gymsandbox",
-        "description": "Episodes, hosts, the operator and the episode broker (see README, Observability)",
+        "description": "Episodes, hosts, the operator and the episode broker (see docs/observability.md)",
         "schemaVersion": 39,
         "version": 1,
         "editable": True,

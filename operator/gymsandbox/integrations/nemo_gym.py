@@ -6,7 +6,7 @@ the mounted token file, reread once on a 401). Each sandbox is one episode. Need
 the light client (httpx, pydantic); never kopf or the Kubernetes client.
 
 How a `SandboxSpec` becomes an episode (`episode_fields`), and what is refused (`SandboxSpecError`, a
-`SandboxCreateError` of kind Policy): see the README's "Use it from NeMo Gym". Results and errors:
+`SandboxCreateError` of kind Policy): see docs/nemo-gym.md. Results and errors:
 
 - `exec` returns the command's own exit code, or a sentinel with `error_type` set: 124 and "timeout" when
   the deadline killed it (the broker kills it and everything it started), 125 and "sandbox" when the
