@@ -6,6 +6,7 @@ A Secret labelled for hosts (by whoever may write Secrets) is loaded as before."
 from __future__ import annotations
 
 import base64
+import time
 from typing import Any
 
 import pytest
@@ -14,7 +15,8 @@ from kubernetes import client
 from gymsandbox.api.names import GROUP, VERSION
 from gymsandbox.policy.cluster import USABLE_BY_LABEL
 from tests.cluster_fixtures import Cluster, OperatorProcess
-from tests.integration.gymhosts import Hosts, apply, ready_host, sample
+from tests.integration.episodes import Episodes, episode
+from tests.integration.gymhosts import Hosts, apply, eventually, ready_host, sample
 
 pytestmark = pytest.mark.integration
 
@@ -89,3 +91,32 @@ def test_a_claim_not_marked_for_hosts_is_refused(
     refused = hosts.wait_reason("snoop", "ClaimNotAllowed")
     assert "PersistentVolumeClaim other-runs-data lacks the label" in refused["status"]["failure"]["message"]
     assert not hosts.children()["pods"]
+
+
+def test_an_episode_under_a_host_refused_for_its_claim_is_not_admitted(
+    cluster: Cluster,
+    operator: OperatorProcess,
+    namespace: str,
+    hosts: Hosts,
+    api_client: client.ApiClient,
+    core: client.CoreV1Api,
+    attacker_b: client.ApiClient,
+) -> None:
+    """The host's verdict is the whole verdict: an episode under a host refused for its claim would mount
+    that claim read-write (and its chosen uid would become the pod's fsGroup over someone else's files)."""
+    claim, _ = sample()
+    claim["metadata"] = {"name": "other-runs-data"}
+    apply(cluster, namespace, claim)
+    host = attacker_host("snoop")
+    host["spec"]["storage"]["claimName"] = "other-runs-data"
+    create_as(attacker_b, namespace, host)
+    hosts.wait_reason("snoop", "ClaimNotAllowed")
+    episodes = Episodes(attacker_b, namespace)
+    episodes.create(episode("snoop-ep", host="snoop"))
+    eventually(lambda: episodes.ready_reason("snoop-ep") == "HostNotReady", what="episode snoop-ep refused")
+    message = episodes.condition(episodes.get("snoop-ep"), "Ready")["message"]
+    assert "GymHost snoop is refused: PersistentVolumeClaim other-runs-data lacks the label" in message
+    time.sleep(2)  # a pod made after the refusal was written would show by now
+    assert not [
+        p.metadata.name for p in core.list_namespaced_pod(namespace).items if "snoop" in p.metadata.name
+    ]

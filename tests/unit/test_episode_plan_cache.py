@@ -34,16 +34,22 @@ def episode(resource_version: str = "1") -> dict[str, Any]:
     }
 
 
-def host(resource_version: str, generation: int, **meta: Any) -> dict[str, Any]:
-    metadata = {"name": "h", "namespace": "ns", "uid": "h-1", "resourceVersion": resource_version}
-    return {"metadata": {**metadata, "generation": generation, **meta}, "spec": {}}
+def host(resource_version: str, generation: int, spec: Any = None, **meta: Any) -> dict[str, Any]:
+    metadata = {
+        "name": "h",
+        "namespace": "ns",
+        "uid": "h-1",
+        "resourceVersion": resource_version,
+        "creationTimestamp": "2026-12-03T00:00:00Z",
+    }
+    return {"metadata": {**metadata, "generation": generation, **meta}, "spec": spec or {}}
 
 
 def test_a_host_status_write_keeps_the_verdict_and_a_host_spec_change_renews_it() -> None:
     ctx = context()
     first = judged(ctx, episode(), host("10", 1))
     assert judged(ctx, episode(), host("11", 1)) is first  # only its status (resourceVersion) moved
-    assert judged(ctx, episode(), host("12", 2)) is not first
+    assert judged(ctx, episode(), host("12", 2, spec={"port": "eighty"})) is not first
 
 
 def test_a_host_being_deleted_renews_the_verdict() -> None:

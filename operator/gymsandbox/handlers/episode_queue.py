@@ -9,6 +9,7 @@ before any child exists: a restart that loses an unwritten decision loses nothin
 from __future__ import annotations
 
 import math
+import time
 from collections import Counter as Tally
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -24,14 +25,16 @@ from gymsandbox.api.episode import EpisodeSandboxSpec
 from gymsandbox.api.gymhost import GymHostSpec
 from gymsandbox.desired.names import label_value
 from gymsandbox.desired.owner import Manifest
-from gymsandbox.handlers.common import parse_time, timestamp
+from gymsandbox.handlers.common import now, parse_time, timestamp
 from gymsandbox.handlers.context import Admission, OperatorContext
+from gymsandbox.handlers.gymhost import host_verdict
 from gymsandbox.handlers.sandboxes import end_lingering_sandboxes, stop_sandboxes
 from gymsandbox.kube.client import EPISODE, GYMHOST, Kind
 from gymsandbox.kube.store import newer
 from gymsandbox.metrics import METRICS, episode_phase
-from gymsandbox.policy.admission import Refusal, admit_gymhost
+from gymsandbox.policy.admission import Refusal
 from gymsandbox.policy.episodes import EpisodeRequest, admit_episode, episode_ttl_seconds
+from gymsandbox.policy.hosts import HostVerdict, refused_by_host
 from gymsandbox.policy.queue import EpisodeSlot, plan_queue, position_due
 
 RESOURCE = "episodesandboxes"
@@ -43,6 +46,9 @@ COUNTS_SECONDS = 5.0
 # position_due); the host's tick (REAP_SECONDS) brings that pass when the queue stops moving. Not shorter:
 # slots freeing in waves (TTLs of a few seconds) would rewrite the whole queue between waves.
 STILL_SECONDS = 5.0
+# A host's verdict is judged again at least this often for its episodes: a claim or Secret it names may have
+# changed (its own reconcile judges it as often, on its resync).
+HOST_VERDICT_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -63,27 +69,22 @@ def judge(ctx: OperatorContext, episode: Mapping[str, Any], host: Manifest | Non
     if host is None or host["metadata"].get("deletionTimestamp"):
         why = "does not exist" if host is None else "is being deleted"
         return Judged(spec, None, Refusal(Reason.HOST_NOT_FOUND, f"GymHost {host_name} {why}"))
-    host_spec, host_refusal = judged_host(ctx, host)
-    if host_spec is None:
-        return Judged(spec, None, Refusal(Reason.HOST_NOT_READY, f"GymHost {host_name} has an invalid spec"))
-    if host_refusal:
-        return Judged(
-            spec,
-            host_spec,
-            Refusal(Reason.HOST_NOT_READY, f"GymHost {host_name} is refused: {host_refusal.message}"),
-        )
-    return Judged(spec, host_spec, admit_episode(EpisodeRequest(spec, host_spec, ctx.policy)))
+    verdict = judged_host(ctx, host)
+    refusal = refused_by_host(host_name, verdict)
+    if refusal is not None or verdict.spec is None:
+        return Judged(spec, verdict.spec, refusal)
+    return Judged(spec, verdict.spec, admit_episode(EpisodeRequest(spec, verdict.spec, ctx.policy)))
 
 
 def judged(ctx: OperatorContext, episode: Mapping[str, Any], host: Manifest | None) -> Judged:
-    """`judge`, once per episode spec and host spec (their generations): a burst plans every episode of a
-    host on each create and reconciles each on every event, and the host's status (its counts) changes
-    every second without changing a verdict."""
+    """`judge`, once per episode spec and host verdict: a burst plans every episode of a host on each create
+    and reconciles each on every event, and the host's status (its counts) changes every second without
+    changing a verdict."""
     meta, host_meta = episode["metadata"], (host or {}).get("metadata") or {}
     key = (
         meta.get("generation"),
         host_meta.get("uid"),
-        host_meta.get("generation"),
+        judged_host(ctx, host) if host is not None else None,
         bool(host_meta.get("deletionTimestamp")),
     )
     cached = ctx.judgements.get(meta["uid"])
@@ -94,20 +95,19 @@ def judged(ctx: OperatorContext, episode: Mapping[str, Any], host: Manifest | No
     return verdict
 
 
-def judged_host(ctx: OperatorContext, host: Manifest) -> tuple[GymHostSpec | None, Refusal | None]:
-    """The host's spec (None: invalid) and policy's refusal of it, once per spec generation."""
-    meta = host["metadata"]
+def judged_host(ctx: OperatorContext, host: Manifest) -> HostVerdict:
+    """The host's whole verdict (policy/hosts.py, as its own reconcile judges it), judged again once its spec
+    changes or HOST_VERDICT_SECONDS pass: the Secrets and claims it names can change without its spec."""
+    meta, moment = host["metadata"], time.monotonic()
     cached = ctx.host_judgements.get(meta["uid"])
-    if cached is not None and cached[0] == meta.get("generation"):
-        return cast(tuple[GymHostSpec | None, Refusal | None], cached[1])
-    verdict: tuple[GymHostSpec | None, Refusal | None] = (None, None)
-    try:
-        host_spec = GymHostSpec.model_validate(host.get("spec") or {})
-    except ValidationError:
-        pass
-    else:
-        verdict = (host_spec, admit_gymhost(host_spec, ctx.policy))
-    ctx.host_judgements[meta["uid"]] = (meta.get("generation"), verdict)
+    if cached is not None:
+        (generation, judged_at), previous = cached
+        if generation == meta.get("generation") and moment - judged_at < HOST_VERDICT_SECONDS:
+            return cast(HostVerdict, previous)
+    verdict, _ = host_verdict(ctx.kube, host, ctx.policy, now())
+    if cached is not None and cached[1] == verdict:
+        verdict = cached[1]  # the same object: the episodes' caches compare it by identity first
+    ctx.host_judgements[meta["uid"]] = ((meta.get("generation"), moment), verdict)
     return verdict
 
 
@@ -184,13 +184,13 @@ class Planned:
 
 def planned_slot(ctx: OperatorContext, episode: Mapping[str, Any], host: Manifest) -> Planned:
     """The episode as the planner sees it, kept per version of the episode, decision not yet written and host
-    spec: a burst plans every episode of a host on each create."""
+    verdict: a burst plans every episode of a host on each create."""
     meta, host_meta = episode["metadata"], host["metadata"]
     key = (
         meta.get("resourceVersion"),
         ctx.admissions.get(meta["uid"]),
         host_meta.get("uid"),
-        host_meta.get("generation"),
+        judged_host(ctx, host),
         bool(host_meta.get("deletionTimestamp")),
     )
     cached = ctx.slots.get(meta["uid"])

@@ -8,14 +8,12 @@ from __future__ import annotations
 from collections import Counter as Tally
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import kopf
 from kubernetes.client.exceptions import ApiException
-from pydantic import ValidationError
 
-from gymsandbox.api.common import validation_message
 from gymsandbox.api.conditions import Reason
 from gymsandbox.api.gymhost import GymHostSpec
 from gymsandbox.api.names import FINALIZER, GROUP, VERSION
@@ -62,10 +60,11 @@ from gymsandbox.kube.client import (
 from gymsandbox.kube.store import Store
 from gymsandbox.leases import Claims, Kind, Scope
 from gymsandbox.metrics import METRICS, host_phase
-from gymsandbox.policy.admission import Refusal, admit_gymhost, host_ttl_seconds
+from gymsandbox.policy.admission import Refusal
 from gymsandbox.policy.cluster import ClusterPolicy
 from gymsandbox.policy.egress import EgressError, ResolutionError, ResolvedTarget, egress_targets, resolve
-from gymsandbox.policy.references import claim_names, refused_references, secret_values
+from gymsandbox.policy.hosts import HostReferences, HostVerdict, host_expiry, judge_host, parse_host_spec
+from gymsandbox.policy.references import claim_names, secret_values
 from gymsandbox.status.conditions import merge_conditions
 from gymsandbox.status.gymhost import HostObservation, compute_host_conditions
 
@@ -84,18 +83,33 @@ class Children:
     secrets: tuple[str, ...] = ()
 
 
-def parse_spec(raw: Mapping[str, Any]) -> GymHostSpec | Refusal:
-    try:
-        return GymHostSpec.model_validate(dict(raw))
-    except ValidationError as e:
-        return Refusal(Reason.INVALID_SPEC, validation_message(e))
-
-
 def expiry(meta: Mapping[str, Any], spec: GymHostSpec, policy: ClusterPolicy) -> datetime:
-    """Creation plus the TTL (the cluster cap when the spec sets none): every host ends."""
     created = parse_time(meta["creationTimestamp"])
     assert created is not None  # the API server always sets it
-    return created + timedelta(seconds=host_ttl_seconds(spec, policy))
+    return host_expiry(created, spec, policy)
+
+
+def read_references(kube: Kube, namespace: str, parsed: GymHostSpec | Refusal) -> HostReferences:
+    """The Secrets and claims a host names, as they are now (none for a spec that does not parse)."""
+    if isinstance(parsed, Refusal):
+        return HostReferences()
+    return HostReferences(
+        secrets={s.secret_ref.name: kube.get(SECRET, namespace, s.secret_ref.name) for s in parsed.env_from},
+        claims={name: kube.get(PVC, namespace, name) for name in claim_names(parsed)},
+    )
+
+
+def host_verdict(
+    kube: Kube, host: Mapping[str, Any], policy: ClusterPolicy, now: datetime
+) -> tuple[HostVerdict, HostReferences]:
+    """Gather what the host names and judge it (policy/hosts.py): the one verdict its reconcile and its
+    episodes' admission share. The references come back too: the reconcile redacts their values."""
+    meta = host["metadata"]
+    parsed = parse_host_spec(host.get("spec") or {})
+    created = parse_time(meta["creationTimestamp"])
+    assert created is not None  # the API server always sets it
+    references = read_references(kube, meta["namespace"], parsed)
+    return judge_host(parsed, references, policy, created, now), references
 
 
 def ensure_network_policy(kube: Kube, owner: Owner, desired: Manifest, *, fresh: bool = False) -> Manifest:
@@ -202,22 +216,13 @@ def _observe(
 ) -> tuple[HostObservation, Children, GymHostSpec | None]:
     kube, meta = ctx.kube, body["metadata"]
     owner = Owner(KIND, meta["name"], meta["namespace"], meta["uid"])
-    parsed = parse_spec(body.get("spec") or {})
-    refusal = parsed if isinstance(parsed, Refusal) else admit_gymhost(parsed, ctx.policy)
     pod_name = host_pod_name(owner)
-    if refusal or isinstance(parsed, Refusal):
+    verdict, references = host_verdict(kube, body, ctx.policy, now)
+    if verdict.refusal or verdict.spec is None:
         delete_pod(kube, owner, pod_name)  # a spec that is no longer admitted must not keep running
-        return HostObservation(refusal=refusal), Children(), None
-    spec = parsed
-    env_secrets = {
-        s.secret_ref.name: kube.get(SECRET, owner.namespace, s.secret_ref.name) for s in spec.env_from
-    }
-    claims = {name: kube.get(PVC, owner.namespace, name) for name in claim_names(spec)}
-    refusal = refused_references(spec, env_secrets, claims, ctx.policy)
-    if refusal:
-        delete_pod(kube, owner, pod_name)
-        return HostObservation(refusal=refusal), Children(), None
-    if now >= expiry(meta, spec, ctx.policy):
+        return HostObservation(refusal=verdict.refusal), Children(), None
+    spec, env_secrets = verdict.spec, references.secrets
+    if verdict.expired:
         delete_pod(kube, owner, pod_name)
         if spec.lifetime.expiry_policy == "Delete" and kube.delete(
             GYMHOST, owner.namespace, owner.name, uid=owner.uid

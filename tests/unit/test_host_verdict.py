@@ -1,0 +1,127 @@
+"""A GymHost's whole verdict (policy/hosts.py), the one its reconcile and its episodes' admission share: the
+first refusal of spec, cluster policy and references, then its lifetime; and no episode under a host whose
+verdict is not yes, whatever the reason."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gymsandbox.api.conditions import Reason
+from gymsandbox.policy.cluster import USABLE_BY_LABEL, load_policy
+from gymsandbox.policy.hosts import HostReferences, HostVerdict, judge_host, parse_host_spec, refused_by_host
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+POLICY = load_policy(EXAMPLES / "policy.yaml")
+CREATED = datetime(2026, 12, 7, tzinfo=UTC)
+USABLE = {"metadata": {"labels": {USABLE_BY_LABEL: "gymhosts"}}}
+UNMARKED: dict[str, Any] = {"metadata": {"labels": {}}}
+
+
+def example_spec(**changes: Any) -> dict[str, Any]:
+    host = next(
+        d for d in yaml.safe_load_all((EXAMPLES / "gymhost.yaml").read_text()) if d["kind"] == "GymHost"
+    )
+    return {**host["spec"], **changes}
+
+
+def verdict(
+    spec: dict[str, Any],
+    secrets: dict[str, Any] | None = None,
+    claims: dict[str, Any] | None = None,
+    now: datetime = CREATED,
+) -> HostVerdict:
+    claimed = {"gym-storage": USABLE} if claims is None else claims
+    return judge_host(parse_host_spec(spec), HostReferences(secrets or {}, claimed), POLICY, CREATED, now)
+
+
+@pytest.mark.parametrize(
+    ("spec", "secrets", "claims", "reason"),
+    [
+        (example_spec(port="eighty"), None, None, Reason.INVALID_SPEC),
+        (example_spec(image="evil.example.org/miner:1"), None, None, Reason.IMAGE_NOT_APPROVED),
+        (example_spec(runtime="vm"), None, None, Reason.UNKNOWN_RUNTIME),
+        (
+            example_spec(envFrom=[{"secretRef": {"name": "team-b"}}]),
+            {"team-b": UNMARKED},
+            None,
+            Reason.SECRET_NOT_ALLOWED,
+        ),
+        (
+            example_spec(envFrom=[{"secretRef": {"name": "gone"}}]),
+            {"gone": None},
+            None,
+            Reason.SECRET_NOT_ALLOWED,
+        ),
+        (example_spec(), None, {"gym-storage": UNMARKED}, Reason.CLAIM_NOT_ALLOWED),
+        # Policy before references: the first refusal names the spec's own fault.
+        (
+            example_spec(image="evil.example.org/miner:1"),
+            None,
+            {"gym-storage": UNMARKED},
+            Reason.IMAGE_NOT_APPROVED,
+        ),
+    ],
+    ids=[
+        "invalid",
+        "image",
+        "runtime",
+        "secret-unmarked",
+        "secret-missing",
+        "claim-unmarked",
+        "policy-first",
+    ],
+)
+def test_the_first_refusal_of_spec_policy_and_references_is_the_verdict(
+    spec: dict[str, Any], secrets: dict[str, Any] | None, claims: dict[str, Any] | None, reason: Reason
+) -> None:
+    judged = verdict(spec, secrets, claims)
+    assert judged.refusal is not None
+    assert judged.refusal.reason == reason
+    assert not judged.runs
+
+
+def test_a_host_within_policy_and_its_lifetime_runs_until_it_expires() -> None:
+    spec = example_spec(lifetime={"ttlSeconds": 600, "expiryPolicy": "Delete"})
+    running = verdict(spec, now=CREATED + timedelta(seconds=599))
+    assert running.runs
+    assert running.expires_at == CREATED + timedelta(seconds=600)
+    expired = verdict(spec, now=CREATED + timedelta(seconds=600))
+    assert expired.expired
+    assert not expired.runs
+    assert expired.refusal is None
+
+
+def test_a_claim_not_created_yet_is_not_a_refusal_the_pod_waits_for_it() -> None:
+    assert verdict(example_spec(), claims={"gym-storage": None}).runs
+
+
+@pytest.mark.parametrize(
+    ("judged", "words"),
+    [
+        (verdict(example_spec(port="eighty")), "GymHost h has an invalid spec"),
+        (
+            verdict(example_spec(), claims={"gym-storage": UNMARKED}),
+            "GymHost h is refused: PersistentVolumeClaim",
+        ),
+        (verdict(example_spec(image="evil.example.org/miner:1")), "GymHost h is refused: "),
+        (
+            verdict(example_spec(lifetime={"ttlSeconds": 60}), now=CREATED + timedelta(hours=1)),
+            "GymHost h expired at 2026-12-07T00:01:00Z",
+        ),
+    ],
+    ids=["invalid", "claim", "policy", "expired"],
+)
+def test_a_host_refused_for_any_reason_admits_no_episode(judged: HostVerdict, words: str) -> None:
+    refusal = refused_by_host("h", judged)
+    assert refusal is not None
+    assert refusal.reason == Reason.HOST_NOT_READY
+    assert refusal.message.startswith(words)
+
+
+def test_a_host_that_runs_refuses_no_episode_for_itself() -> None:
+    assert refused_by_host("h", verdict(example_spec())) is None
