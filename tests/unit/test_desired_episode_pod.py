@@ -10,7 +10,7 @@ import pytest
 
 from gymsandbox.api.episode import EpisodeSandboxSpec
 from gymsandbox.api.gymhost import GymHostSpec
-from gymsandbox.api.names import LABEL_COMPONENT, LABEL_EPISODE, LABEL_HOST, LABEL_MANAGED_BY
+from gymsandbox.api.names import LABEL_COMPONENT, LABEL_EPISODE, LABEL_HOST, LABEL_HOST_UID, LABEL_MANAGED_BY
 from gymsandbox.desired.labels import child_labels, selector
 from gymsandbox.desired.names import child_name
 from gymsandbox.desired.networkpolicy import (
@@ -131,6 +131,7 @@ def test_user_labels_reach_the_pod_only_under_the_user_prefix(kata: RuntimeProfi
     assert labels == {
         **child_labels(OWNER),
         LABEL_HOST: spec().host_ref.name,
+        LABEL_HOST_UID: HOST.uid,
         "user.gymsandbox.dev/team": "rl",
         "user.gymsandbox.dev/app": "gymsandbox-broker",
         "user.gymsandbox.dev/component": "x",
@@ -146,6 +147,7 @@ def test_the_pod_carries_its_own_deadline_outside_its_template(kata: RuntimeProf
 
 def test_the_pod_is_labelled_with_its_host(kata: RuntimeProfile) -> None:
     assert build(kata)["metadata"]["labels"][LABEL_HOST] == spec().host_ref.name
+    assert build(kata)["metadata"]["labels"][LABEL_HOST_UID] == HOST.uid
 
 
 def test_operator_labels_are_the_pods_own(kata: RuntimeProfile) -> None:

@@ -15,6 +15,10 @@ MANAGED_BY = "gymsandbox"
 LABEL_COMPONENT = "app.kubernetes.io/component"
 LABEL_HOST = f"{GROUP}/gymhost"
 LABEL_EPISODE = f"{GROUP}/episode"
+# Owner identity, which no other object can take: selectors and deletes by selector match these, never the
+# name labels above (a name is chosen by whoever creates the object, and long ones are shortened).
+LABEL_HOST_UID = f"{GROUP}/gymhost-uid"
+LABEL_EPISODE_UID = f"{GROUP}/episode-uid"
 # An episode's own labels reach its pod only under this prefix, never as keys others select on.
 USER_LABEL_PREFIX = f"user.{GROUP}/"
 

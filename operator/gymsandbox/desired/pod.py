@@ -305,7 +305,7 @@ def episode_pod(
         **runtime_scheduling(profile),
     }
     user_labels = {f"{USER_LABEL_PREFIX}{k}": v for k, v in spec.labels.items()}
-    labels = {**user_labels, **sandbox_pod_labels(owner, spec.host_ref.name)}
+    labels = {**user_labels, **sandbox_pod_labels(owner, spec.host_ref.name, host.uid)}
     # The deadline depends on when the pod is made, not on what it runs: it stays out of the template.
     template = {k: v for k, v in pod_spec.items() if k != "activeDeadlineSeconds"}
     return {

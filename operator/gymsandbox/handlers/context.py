@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
 
-from gymsandbox.api.names import LABEL_HOST
+from gymsandbox.api.names import LABEL_HOST_UID
 from gymsandbox.kube.client import Kube
 from gymsandbox.kube.events import EventPoster
 from gymsandbox.kube.store import Store, slim_network_policy, slim_pod, slim_secret
@@ -44,9 +44,9 @@ def host_of(episode: Mapping[str, Any]) -> str | None:
     return ref.get("name") if isinstance(ref.get("name"), str) else None
 
 
-def host_label_of(pod: Mapping[str, Any]) -> str | None:
-    """The host label a sandbox pod carries (its group in the pod store): it outlives its episode."""
-    label = ((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_HOST)
+def host_uid_of(pod: Mapping[str, Any]) -> str | None:
+    """The host uid a sandbox pod carries (its group in the pod store): it outlives its episode."""
+    label = ((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_HOST_UID)
     return label if isinstance(label, str) else None
 
 
@@ -211,7 +211,7 @@ class OperatorContext:
     lingering: dict[str, int] = field(default_factory=dict)
     # What the watches have seen (kube/store.py): episodes by host, their children, hosts.
     episodes: Store = field(default_factory=lambda: Store(host_of))
-    pods: Store = field(default_factory=lambda: Store(host_label_of, keep=slim_pod))  # by host label
+    pods: Store = field(default_factory=lambda: Store(host_uid_of, keep=slim_pod))  # by host uid
     secrets: Store = field(default_factory=lambda: Store(keep=slim_secret))  # episodes' lease Secrets
     policies: Store = field(default_factory=lambda: Store(keep=slim_network_policy))  # episodes' egress
     hosts: Store = field(default_factory=Store)

@@ -17,8 +17,6 @@ from typing import Any
 from gymsandbox.api.conditions import Reason
 from gymsandbox.api.episode import EpisodeSandboxSpec
 from gymsandbox.api.gymhost import Egress
-from gymsandbox.api.names import LABEL_EPISODE
-from gymsandbox.desired.names import label_value
 from gymsandbox.desired.networkpolicy import egress_policy, episode_egress_rules
 from gymsandbox.desired.owner import TEMPLATE_HASH_ANNOTATION, Manifest, Owner
 from gymsandbox.desired.pod import EpisodeHost, episode_pod, episode_pod_name
@@ -42,6 +40,7 @@ from gymsandbox.kube.client import (
     SECRET,
     ChildConflictError,
     Kube,
+    controller_uid,
 )
 from gymsandbox.leases import Claims, Kind, Scope
 from gymsandbox.policy.admission import Refusal
@@ -234,13 +233,13 @@ def episodes_needing_repair(ctx: OperatorContext, namespace: str) -> list[str]:
     episodes = [e for e in episodes if not ctx.locks.busy_since(e["metadata"]["uid"], since)]
 
     def broken(episode: Manifest) -> bool:
-        label = label_value(episode["metadata"]["name"])
-        made = ctx.children.get(episode["metadata"]["uid"])
+        uid = episode["metadata"]["uid"]
+        made = ctx.children.get(uid)
         if made is not None and time.monotonic() - made.since < WATCH_LAG_SECONDS:
             return False  # made just now: their watches may not have told of them yet
-        if any(label not in names for names in present):
+        if any(uid not in uids for uids in present):
             return True
-        return made is not None and made.lease is not None and tokens.get(label) != made.lease[2]
+        return made is not None and made.lease is not None and tokens.get(uid) != made.lease[2]
 
     def ready_stale(episode: Manifest) -> bool:
         """Its stored Ready disagrees with its pod as stored. With no pod stored there is nothing to compare
@@ -248,7 +247,7 @@ def episodes_needing_repair(ctx: OperatorContext, namespace: str) -> list[str]:
         found in agreement is compared again only once either changes (the comparison is a pure function
         of the two): with 1,000 episodes Ready a pass took 22-40 ms of CPU, and takes 2-4 ms."""
         meta = episode["metadata"]
-        pod = pods.get(label_value(meta["name"]))
+        pod = pods.get(meta["uid"])
         if pod is None:
             return False
         versions = (
@@ -278,25 +277,26 @@ def children_seen(
 ) -> tuple[list[set[str]], dict[str, Manifest], dict[str, str | None]]:
     """The namespace's episode Secrets, NetworkPolicies and sandbox pods as their watches keep them (a gap a
     watch cannot resume is listed again: kube/informer.py), orphans among them ended: for each kind, the
-    episode labels whose child is there and sound; the pods by episode label; the lease tokens by episode
-    label."""
+    uids of the episodes whose child is there and sound; the pods by episode uid; the lease tokens by episode
+    uid. A child belongs to the episode its controller reference names, whatever its labels say."""
     secrets, policies, stored_pods = (
         store.in_namespace(namespace) for store in (ctx.secrets, ctx.policies, ctx.pods)
     )
     for kind, children in ((SECRET, secrets), (NETWORK_POLICY, policies), (POD, stored_pods)):
         end_orphans(ctx.kube, kind, namespace, children)
-    tokens = {episode_label(secret): secret_token(secret) for secret in secrets}
-    pods = {episode_label(pod): pod for pod in stored_pods}
+    tokens = {episode_uid(secret): secret_token(secret) for secret in secrets}
+    pods = {episode_uid(pod): pod for pod in stored_pods}
     present = [
         set(tokens),
-        {episode_label(policy) for policy in policies if not edited(policy)},
-        {label for label, pod in pods.items() if not sandbox_overdue(pod, moment)},
+        {episode_uid(policy) for policy in policies if not edited(policy)},
+        {uid for uid, pod in pods.items() if not sandbox_overdue(pod, moment)},
     ]
     return present, pods, tokens
 
 
-def episode_label(child: Manifest) -> str:
-    return str((child["metadata"].get("labels") or {}).get(LABEL_EPISODE, ""))
+def episode_uid(child: Manifest) -> str:
+    """The uid of the episode that controls `child` ("" for none: an orphan, ended by end_orphans)."""
+    return controller_uid(child, KIND) or ""
 
 
 def owner_of(episode: Mapping[str, Any]) -> Owner:

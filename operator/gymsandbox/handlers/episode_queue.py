@@ -23,7 +23,6 @@ from gymsandbox.api.common import validation_message
 from gymsandbox.api.conditions import Reason
 from gymsandbox.api.episode import EpisodeSandboxSpec
 from gymsandbox.api.gymhost import GymHostSpec
-from gymsandbox.desired.names import label_value
 from gymsandbox.desired.owner import Manifest
 from gymsandbox.handlers.common import now, parse_time, timestamp
 from gymsandbox.handlers.context import Admission, OperatorContext
@@ -241,8 +240,8 @@ def sync_host_episodes(
         seen = {name: planned_slot(ctx, e, host) for name, e in by_name.items()}
         slots = {name: p.slot for name, p in seen.items()}
         if sweep or ctx.lingering.get(uid) or any(s.closing for s in slots.values()):
-            open_labels = {label_value(name) for name, s in slots.items() if not s.closing}
-            ctx.lingering[uid] = end_lingering_sandboxes(kube, ctx.pods, namespace, meta["name"], open_labels)
+            open_uids = {by_name[name]["metadata"]["uid"] for name, s in slots.items() if not s.closing}
+            ctx.lingering[uid] = end_lingering_sandboxes(kube, ctx.pods, namespace, uid, open_uids)
         plan = plan_queue(
             list(slots.values()),
             host_spec.episodes.max_concurrent,
@@ -321,7 +320,7 @@ def reap(
             # Gone (episodes carry no finalizer of ours), or closing: either way it holds no slot from now
             # on, not only once the watch, which may lag far behind a burst, reports the deletion.
             ctx.episodes.remove(episode)
-            reaped.append(meta["name"])
+            reaped.append(meta["uid"])
             expired_at = expiries.get(meta["name"]) or moment
             METRICS.reaped(RESOURCE, "expired", (datetime.now(UTC) - expired_at).total_seconds())
     if reaped:

@@ -189,7 +189,20 @@ def ensure_pod(
     elif finished:
         # Report the failure from this reading, then start over: a host is meant to keep serving.
         kube.delete(POD, owner.namespace, meta["name"], uid=pod["metadata"]["uid"])
+    elif missing := missing_labels(pod, desired):
+        # A pod made before its selectors matched owner uids: the Service and its NetworkPolicy select it by
+        # these labels, and a pod no policy selects would have no egress rule at all.
+        pod = kube.patch(POD, owner.namespace, meta["name"], {"metadata": {"labels": missing}})
+        if seen is not None:
+            seen.put(pod)
     return pod
+
+
+def missing_labels(live: Manifest, desired: Manifest) -> dict[str, str]:
+    """The labels `desired` has that `live` lacks or holds with another value."""
+    have = live["metadata"].get("labels") or {}
+    want = desired["metadata"].get("labels") or {}
+    return {key: value for key, value in want.items() if have.get(key) != value}
 
 
 def delete_pod(kube: Kube, owner: Owner, name: str, *, seen: Store | None = None) -> None:
@@ -415,7 +428,7 @@ def release(ctx: OperatorContext, owner: Owner) -> None:
     second); the collector removes the other children."""
     delete_pod(ctx.kube, owner, host_pod_name(owner))
     ctx.kube.delete_collection(EPISODE, owner.namespace, fields=f"spec.hostRef.name={owner.name}")
-    ctx.kube.delete_collection(POD, owner.namespace, labels=host_sandbox_pods_selector(owner.name))
+    ctx.kube.delete_collection(POD, owner.namespace, labels=host_sandbox_pods_selector(owner.uid))
     ctx.forget_host(owner.uid)
     ctx.hosts.remove({"metadata": {"namespace": owner.namespace, "name": owner.name, "uid": owner.uid}})
     METRICS.forget_host(owner.uid)

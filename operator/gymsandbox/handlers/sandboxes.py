@@ -1,51 +1,51 @@
 """Sandbox pods the operator ends itself: those of reaped episodes, and those still running without an open
 episode (deleted while a finalizer of someone else's holds it, or with `--cascade=orphan`). Until such a pod
-is gone it holds its host's slot: no cap is exceeded by deleting an episode and keeping its pod."""
+is gone it holds its host's slot: no cap is exceeded by deleting an episode and keeping its pod. Pods are
+found and deleted by their episode's and host's uids (desired/labels.py), never by names."""
 
 from __future__ import annotations
 
-from gymsandbox.api.names import LABEL_EPISODE
-from gymsandbox.desired.labels import episodes_pods_selector, sandbox_pods_selector
-from gymsandbox.desired.names import label_value
+from gymsandbox.api.names import LABEL_EPISODE_UID
+from gymsandbox.desired.labels import sandbox_pods_selector
 from gymsandbox.kube.client import POD, Kube
 from gymsandbox.kube.store import Store
 
-REAP_BATCH = 100  # episodes whose pods one request deletes (a label selector of their names)
+REAP_BATCH = 100  # episodes whose pods one request deletes (a label selector of their uids)
 _OVER = ("Succeeded", "Failed")
 
 
-def stop_sandboxes(kube: Kube, pods: Store, namespace: str, episodes: list[str]) -> None:
+def stop_sandboxes(kube: Kube, pods: Store, namespace: str, episode_uids: list[str]) -> None:
     """End the pods of episodes just reaped at once, a request per REAP_BATCH: the garbage collector would
     get to them at its own pace (some 20 deletions a second), and a sandbox must not outlive its TTL by
     minutes when many expire together. Their Secrets and NetworkPolicies run nothing: the collector's.
     The answers (pods now terminating) go to `pods`."""
-    for start in range(0, len(episodes), REAP_BATCH):
+    for start in range(0, len(episode_uids), REAP_BATCH):
         for pod in kube.delete_collection(
-            POD, namespace, labels=episodes_pods_selector(episodes[start : start + REAP_BATCH])
+            POD, namespace, labels=sandbox_pods_selector(set(episode_uids[start : start + REAP_BATCH]))
         ):
             pods.put(pod)
 
 
 def end_lingering_sandboxes(
-    kube: Kube, pods: Store, namespace: str, host_name: str, open_episodes: set[str]
+    kube: Kube, pods: Store, namespace: str, host_uid: str, open_episodes: set[str]
 ) -> int:
-    """How many of the host's sandbox pods still run although their episode (by label value) is not among
+    """How many of the host's sandbox pods still run although their episode (by uid) is not among
     `open_episodes`. All such pods not yet terminating are deleted now; each one still running counts as a
     held slot until it is gone.
 
-    Read from `pods`, the sandbox pods' store: it holds every pod this process created (the create's
-    answer) and every one the watch reported, and loses one only on its deletion event, so a running pod is
-    never missed; at worst a pod already gone still holds its slot until the event arrives."""
+    Read from `pods`, the sandbox pods' store (grouped by host uid): it holds every pod this process created
+    (the create's answer) and every one the watch reported, and loses one only on its deletion event, so a
+    running pod is never missed; at worst a pod already gone still holds its slot until the event arrives."""
     lingering = [
         pod
-        for pod in pods.group(namespace, label_value(host_name))
-        if (pod["metadata"].get("labels") or {}).get(LABEL_EPISODE) not in open_episodes
+        for pod in pods.group(namespace, host_uid)
+        if (pod["metadata"].get("labels") or {}).get(LABEL_EPISODE_UID) not in open_episodes
     ]
     to_end = sorted(
         {
-            pod["metadata"]["labels"][LABEL_EPISODE]
+            pod["metadata"]["labels"][LABEL_EPISODE_UID]
             for pod in lingering
-            if not pod["metadata"].get("deletionTimestamp")
+            if not pod["metadata"].get("deletionTimestamp") and LABEL_EPISODE_UID in pod["metadata"]["labels"]
         }
     )
     for start in range(0, len(to_end), REAP_BATCH):

@@ -402,6 +402,12 @@ def api_refusal(error: BaseException) -> str | None:
     return str(status_body(error).get("message") or f"{error.status} {error.reason}")
 
 
+def controller_uid(obj: Mapping[str, Any], kind: str) -> str | None:
+    """The uid of the object of `kind` that controls `obj` (its controller ownerReference), if any."""
+    refs = obj.get("metadata", {}).get("ownerReferences") or []
+    return next((ref.get("uid") for ref in refs if ref.get("controller") and ref.get("kind") == kind), None)
+
+
 def owned_by(obj: Mapping[str, Any], uid: str) -> bool:
     refs = obj.get("metadata", {}).get("ownerReferences") or []
     return any(ref.get("uid") == uid and ref.get("controller") for ref in refs)
