@@ -13,8 +13,9 @@ from kubernetes import client
 
 from gymsandbox.api.names import GROUP, VERSION
 from gymsandbox.policy.cluster import USABLE_BY_LABEL
-from tests.cluster_fixtures import Cluster, OperatorProcess
-from tests.integration.gymhosts import Hosts, apply, ready_host, sample
+from tests.support.cluster import Cluster
+from tests.support.gymhosts import Hosts, apply, ready_host, sample
+from tests.support.processes import OperatorProcess
 
 pytestmark = pytest.mark.integration
 
