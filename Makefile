@@ -6,7 +6,8 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-CLUSTER := $(PY) hack/cluster.py
+# The tooling runs as modules from the repository root: hack/ and bench/ are packages.
+CLUSTER := $(PY) -m hack.localcluster
 
 .PHONY: help venv binaries node-prep cluster-up cluster-down lint unit integration node security scale chaos test run crds \
 	bench bench-broker bench-nemo-gym \
@@ -27,7 +28,7 @@ binaries: ## build the pinned control-plane binaries (cached under ~/.cache/gyms
 	hack/build-binaries.sh >/dev/null
 
 node-prep: venv binaries ## build what the real node and its tests use (packages, binaries, images; cached), if it can run here
-	$(PY) hack/node.py prepare
+	$(CLUSTER) node prepare
 
 cluster-up: venv binaries ## start the local control plane and the real node (or reuse them); writes .cluster/kubeconfig
 	$(CLUSTER) up
@@ -75,7 +76,7 @@ run: venv binaries ## the main job: the operator (and the sample GymHost) on KUB
 	hack/run.sh
 
 bench: venv binaries ## N episodes (default 200) over HOSTS hosts (1) vs a plain client: latency, writes, RSS
-	$(PY) bench/episodes.py -n $(or $(N),200) --hosts $(or $(HOSTS),1)
+	$(PY) -m bench.episodes -n $(or $(N),200) --hosts $(or $(HOSTS),1)
 
 image: ## build the container image with docker or podman (none here: CI lints the Dockerfile instead)
 	hack/image.sh
@@ -84,7 +85,7 @@ kind-e2e: venv ## kind cluster + image + chart, then tests/e2e against it (needs
 	hack/kind-e2e.sh
 
 bench-broker: venv binaries ## 200 concurrent execs over 20 episodes: broker vs direct pods/exec, as ratios
-	$(PY) bench/broker.py
+	$(PY) -m bench.broker
 
 bench-nemo-gym: venv binaries ## in a gVisor GymHost: NeMo Gym provider vs broker client per exec; start to first exec
-	$(PY) bench/nemo_gym.py
+	$(PY) -m bench.nemo_gym

@@ -19,10 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from hack.localcluster.paths import ROOT
+from hack.localcluster.processes import free_port
 from prometheus_client.parser import text_string_to_metric_families
+from tests.support.cluster import Cluster
 
-import common
-from common import ROOT, Cluster, log
+from bench.common import log
 
 GROUP, VERSION, PLURAL = "agents.x-k8s.io", "v1beta1", "sandboxes"
 CRD = f"{PLURAL}.{GROUP}"
@@ -72,7 +74,7 @@ class Controller:
             lambda: "True" in crd_field(cluster, '{.status.conditions[?(@.type=="Established")].status}'),
             "its CRD to be Established",
         )
-        port = common.load_cluster_script().free_port()
+        port = free_port()
         argv = [
             str(component / "bin" / "agent-sandbox-controller"),
             "--leader-elect=false",

@@ -1,15 +1,15 @@
 #!/usr/bin/env python3
 """Broker exec benchmark: concurrent execs through the episode broker, against direct pods/exec.
 
-    python bench/broker.py [--episodes 20] [--execs 200] [--concurrency 200] [--sequential-rounds 5]
+    python -m bench.broker [--episodes 20] [--execs 200] [--concurrency 200] [--sequential-rounds 5]
                            [--keep]
 
 Set-up: a fresh namespace `bench-broker-XXXXXX` with the sample PVC and GymHost (episodes.maxConcurrent =
 the number of episodes), its own `gymsandbox operator --namespace bench-broker-XXXXXX` and its own
 `gymsandbox broker --listen 127.0.0.1:PORT`. The episodes are created through the broker (POST /v1/episodes
 with the host's lease token from Secret `swe-gym-run-1-lease`); once all are Ready, kwok is told to run
-each episode pod's execs as local processes (`hack/cluster.py` enable_exec; local control plane only).
-Each pod then gets one untimed exec by each path (so neither phase pays for kwok picking up its Exec
+each episode pod's execs as local processes (hack/localcluster/kwok.py's enable_exec; local control plane
+only). Each pod then gets one untimed exec by each path (so neither phase pays for kwok picking up its Exec
 object). Then execs one at a time: SEQUENTIAL_ROUNDS passes over every pod by each path in turn, each pass
 over a second after the last, so the broker never finds an episode's reads kept from its previous exec (an
 agent's next command comes seconds after its last).
@@ -32,9 +32,10 @@ broker/direct; the broker's own view of the time spent in pods/exec (`durationSe
 each path one at a time; the broker's peak RSS (VmHWM). When the broker phase fails, the broker's
 exception lines and its first traceback are printed. The last line is the same as JSON.
 
-Uses the cluster KUBECONFIG names, else the local control plane (`hack/cluster.py up`, reused if it runs;
-never stopped here). Every wait is bounded; traffic is loopback only. Episodes are closed, the GymHost and
-the namespace deleted, and the broker and operator stopped at the end (the namespace is kept with --keep).
+Uses the cluster KUBECONFIG names, else the local control plane (`python -m hack.localcluster up`, reused if
+it runs; never stopped here). Every wait is bounded; traffic is loopback only. Episodes are closed, the
+GymHost and the namespace deleted, and the broker and operator stopped at the end (the namespace is kept with
+--keep).
 """
 
 from __future__ import annotations
@@ -58,13 +59,17 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from hack.localcluster import kwok
+from hack.localcluster.processes import free_port
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.stream import stream
 from kubernetes.stream.ws_client import ERROR_CHANNEL
+from tests.support.cluster import Cluster
+from tests.support.processes import gymsandbox_cli
 
-import common
-from common import GROUP, HOST, IMAGE, OPERATOR_NAMESPACE, PLURAL, VERSION, Child, Cluster, log, plain
+from bench import common
+from bench.common import GROUP, HOST, IMAGE, OPERATOR_NAMESPACE, PLURAL, VERSION, Child, log, plain
 from gymsandbox.broker.backend import DEADLINE_WRAPPER
 from gymsandbox.broker.recent import KEEP_SECONDS
 from gymsandbox.desired.pod import EPISODE_CONTAINER_NAME
@@ -88,7 +93,7 @@ def enable_exec(cluster: Cluster, namespace: str, pod: str, served: bool = False
     """Tell kwok to run this pod's execs as local processes (the local control plane only); `served`: and
     wait until kwok runs them (kwok reads Exec objects from one watch, in order: the last one served means
     all are)."""
-    cluster.script.enable_exec(cluster.paths, namespace, pod, served=served)  # a kubectl failure raises
+    kwok.enable_exec(cluster.paths, namespace, pod, served=served)  # a kubectl failure raises
 
 
 def forget_exec_dirs(cluster: Cluster, namespace: str) -> None:
@@ -128,8 +133,8 @@ def wait_episodes_ready(
 
 
 def start_broker(cluster: Cluster, policy: Path, workdir: Path, calls: int) -> tuple[Child, str]:
-    port = cluster.script.free_port()
-    argv = [common.gymsandbox_cli(), "broker", "--policy", str(policy), "--max-calls-per-host", str(calls)]
+    port = free_port()
+    argv = [gymsandbox_cli(), "broker", "--policy", str(policy), "--max-calls-per-host", str(calls)]
     argv += ["--operator-namespace", OPERATOR_NAMESPACE, "--listen", f"127.0.0.1:{port}"]
     broker = Child.launch("broker", argv, cluster.kubeconfig, workdir / "broker.log")
     url = f"http://127.0.0.1:{port}"

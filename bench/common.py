@@ -1,15 +1,14 @@
-"""What the benchmarks in bench/ share: the cluster, the sample GymHost, the operator, clean-up, reporting.
+"""What the benchmarks in bench/ share beyond the test harness (tests/support: the cluster, the CRDs,
+namespaces, the sample policy and GymHost): their processes measured, clean-up, reporting.
 
-Imported as `common` by the scripts next to it (run as `python bench/NAME.py`, which puts bench/ first on
-sys.path). Every wait is bounded; subprocesses are stopped by their own PID only.
+The benchmarks run as modules from the repository root (`python -m bench.episodes`, as the Makefile does).
+Every wait is bounded; subprocesses are stopped by their own PID only.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
-import importlib.util
 import json
 import math
 import os
@@ -24,23 +23,23 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import httpx
 import yaml
+from hack.localcluster.processes import free_port
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
+from tests.support.cluster import Cluster, find_cluster, install_crds
+from tests.support.gymhosts import sample
+from tests.support.namespaces import create_restricted_namespace
+from tests.support.processes import gymsandbox_cli
+from tests.support.samples import sample_policy
 
-ROOT = Path(__file__).resolve().parent.parent
 GROUP, VERSION, PLURAL = "gymsandbox.dev", "v1alpha1", "episodesandboxes"
 HOST = "swe-gym-run-1"
 IMAGE = "registry.example.com/episodes/python-sandbox:3.12"
 OPERATOR_NAMESPACE = "gymsandbox-system"
-RESTRICTED = {
-    "pod-security.kubernetes.io/enforce": "restricted",
-    "pod-security.kubernetes.io/enforce-version": "latest",
-}
 BENCH_LABEL = "gymsandbox.dev/bench"
 # What a clean-up waits for the GymHost, then the namespace, to be gone.
 DELETE_TIMEOUT = 180.0
@@ -53,59 +52,9 @@ def log(message: str) -> None:
 # ---------------------------------------------------------------------------------------------- cluster
 
 
-@functools.cache
-def load_cluster_script() -> ModuleType:
-    return load_hack_script("cluster")
-
-
-def load_hack_script(name: str) -> ModuleType:
-    """hack/NAME.py as a module (hack/ is not a package)."""
-    spec = importlib.util.spec_from_file_location(f"gymsandbox_hack_{name}", ROOT / "hack" / f"{name}.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-@dataclass(frozen=True)
-class Cluster:
-    kubeconfig: Path
-    kubectl: Path
-    script: ModuleType  # hack/cluster.py
-    local: bool  # the local control plane from hack/cluster.py, not KUBECONFIG's cluster
-
-    def kubectl_run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [str(self.kubectl), f"--kubeconfig={self.kubeconfig}", *args],
-            capture_output=True,
-            text=True,
-            check=check,
-            timeout=120,
-        )
-
-    @property
-    def paths(self) -> Any:
-        """hack/cluster.py's Paths of the local control plane's state directory."""
-        return self.script.Paths(self.script.STATE_DIR)
-
-
-def find_cluster() -> Cluster:
-    """KUBECONFIG's cluster if set, else the local control plane (started if it is not running)."""
-    script = load_cluster_script()
-    tools: dict[str, Path] = script.binaries()
-    if os.environ.get("KUBECONFIG"):
-        return Cluster(Path(os.environ["KUBECONFIG"]), tools["kubectl"], script, local=False)
-    paths = script.Paths(script.STATE_DIR)
-    script.up(paths)  # reuses a running one
-    return Cluster(paths.kubeconfig, tools["kubectl"], script, local=True)
-
-
-def install_crds(cluster: Cluster, core: client.CoreV1Api) -> None:
+def install_crds_and_namespace(cluster: Cluster, core: client.CoreV1Api) -> None:
     """Apply crds/, wait until they are Established, and make sure the operator namespace exists."""
-    cluster.kubectl_run("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
-    cluster.kubectl_run("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+    install_crds(cluster)
     with contextlib.suppress(ApiException):  # 409: it exists (it holds the signing key)
         core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=OPERATOR_NAMESPACE)))
 
@@ -135,10 +84,7 @@ def ready_condition(obj: Mapping[str, Any]) -> tuple[bool, str]:
 
 def create_namespace(core: client.CoreV1Api, prefix: str) -> str:
     """A new restricted namespace `PREFIX-XXXXXX`, labelled as the benchmark's; returns its name."""
-    name = f"{prefix}-{secrets.token_hex(3)}"
-    labels = {**RESTRICTED, BENCH_LABEL: "true"}
-    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels=labels)))
-    return name
+    return create_restricted_namespace(core, f"{prefix}-{secrets.token_hex(3)}", {BENCH_LABEL: "true"})
 
 
 def not_found(call: Callable[[], object]) -> bool:
@@ -173,7 +119,7 @@ def delete_namespace(core: client.CoreV1Api, name: str, timeout: float) -> bool:
 
 def write_policy(directory: Path, episodes: int) -> Path:
     """The sample policy (examples/policy.yaml), with room for `episodes` episodes on one host."""
-    policy = yaml.safe_load((ROOT / "examples" / "policy.yaml").read_text())
+    policy = sample_policy()
     caps = policy.setdefault("caps", {})
     caps["maxEpisodesPerHost"] = max(episodes, int(caps.get("maxEpisodesPerHost") or 0))
     path = directory / "policy.yaml"
@@ -186,12 +132,12 @@ def create_host(
 ) -> dict[str, Any]:
     """The sample GymHost named `name` with episodes.maxConcurrent = slots (and the sample PVC, with the
     first host); returns it once it is Ready."""
-    claim, host = yaml.safe_load_all((ROOT / "examples" / "gymhost.yaml").read_text())
+    claim, host = sample()
     host["metadata"]["name"] = name
     host["spec"]["episodes"]["maxConcurrent"] = slots
     core = client.CoreV1Api(api)
     try:
-        core.create_namespaced_persistent_volume_claim(namespace, claim)
+        core.create_namespaced_persistent_volume_claim(namespace, claim)  # type: ignore[arg-type]  # a manifest dict
     except ApiException as e:
         if e.status != 409:  # made with an earlier host
             raise
@@ -239,7 +185,7 @@ class Child:
     @classmethod
     def launch(cls, name: str, argv: list[str], kubeconfig: Path, log_path: Path) -> Child:
         env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
-        target = f"127.0.0.1:{load_cluster_script().free_port()}"
+        target = f"127.0.0.1:{free_port()}"
         with log_path.open("ab") as out:
             process = subprocess.Popen(
                 [*argv, "--metrics-listen", target], stdout=out, stderr=subprocess.STDOUT, env=env
@@ -323,11 +269,6 @@ def cpu_seconds(process: subprocess.Popen[bytes]) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime: fields 14, 15
 
 
-def gymsandbox_cli() -> str:
-    """The `gymsandbox` entry point next to this interpreter (the venv's)."""
-    return str(Path(sys.executable).parent / "gymsandbox")
-
-
 def start_operator(
     kubeconfig: Path, policy: Path, namespace: str, workdir: Path, *, verbose: bool = False
 ) -> Child:
@@ -387,12 +328,12 @@ class BenchRun:
 
 @contextlib.contextmanager
 def prepared_cluster(workdir_prefix: str, keep: bool) -> Iterator[tuple[Cluster, client.ApiClient, Path]]:
-    """The cluster (see find_cluster), an API client for it once the CRDs are installed (install_crds),
+    """The cluster (tests/support/cluster.py find_cluster), an API client for it once the CRDs are installed,
     and a scratch directory (see workdir)."""
-    cluster = find_cluster()
+    cluster, _ = find_cluster()  # left running
     api = new_client(cluster.kubeconfig)
     with workdir(workdir_prefix, keep) as directory:
-        install_crds(cluster, client.CoreV1Api(api))
+        install_crds_and_namespace(cluster, client.CoreV1Api(api))
         yield cluster, api, directory
 
 

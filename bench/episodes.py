@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Episode throughput benchmark: N EpisodeSandboxes under one GymHost, against a plain-client baseline.
 
-    python bench/episodes.py [-n 200] [--hosts H] [--keep] [--slots K --ttl S] [--[no-]agent-sandbox]
+    python -m bench.episodes [-n 200] [--hosts H] [--keep] [--slots K --ttl S] [--[no-]agent-sandbox]
 
 Operator phase: a fresh namespace `bench-XXXXXX` with the sample PVC and H GymHosts (episodes.maxConcurrent
 = N/H each, so nothing queues) and its own `gymsandbox operator --namespace bench-XXXXXX`, as deployed. N
@@ -27,8 +27,8 @@ operator's peak RSS (VmHWM) and its CPU time per episode (first create to last R
 operator/baseline; then the operator's writes, reads and CPU in --steady seconds with every episode Ready
 (none are needed). The last line is the same as JSON.
 
-Uses the cluster KUBECONFIG names, else the local control plane (`hack/cluster.py up`, reused if it runs;
-never stopped here). Every wait is bounded; both namespaces are deleted at the end unless --keep.
+Uses the cluster KUBECONFIG names, else the local control plane (`python -m hack.localcluster up`, reused if
+it runs; never stopped here). Every wait is bounded; both namespaces are deleted at the end unless --keep.
 """
 
 from __future__ import annotations
@@ -53,9 +53,8 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.utils import parse_quantity
 from prometheus_client.parser import text_string_to_metric_families
 
-import agent_sandbox
-import common
-from common import BENCH_LABEL, GROUP, IMAGE, OPERATOR_NAMESPACE, PLURAL, VERSION, Child, log, plain
+from bench import agent_sandbox, common
+from bench.common import BENCH_LABEL, GROUP, IMAGE, OPERATOR_NAMESPACE, PLURAL, VERSION, Child, log, plain
 from gymsandbox.handlers.episode import REAP_SECONDS
 from gymsandbox.handlers.episode_queue import COUNTS_SECONDS
 
@@ -578,7 +577,7 @@ def report_reference(
         f"{common.fmt(usage.get('reference_peak'), 1):>10}"
     )
     print(f"  agent-sandbox's writes: {dict(reference.writes)}")
-    summary = {
+    summary: dict[str, Any] = {
         key: common.compared(REFERENCE_COLUMNS, a, b)
         for key, (_, a, b) in zip(SUMMARY_KEYS, rows, strict=True)
     }

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """NeMo Gym provider benchmark, from inside a real GymHost pod under gVisor.
 
-    python bench/nemo_gym.py [--starts 5] [--execs 50] [--keep]
+    python -m bench.nemo_gym [--starts 5] [--execs 50] [--keep]
 
 Set-up: hack/sample.py deploys a release of its own (`gs-bench`: the chart's operator and broker as pods
 on the real node, HTTPS broker) and the sample Gym host (examples/gym-host/, gVisor) in namespace
@@ -15,8 +15,8 @@ Measured, reported, never asserted:
 - exec overhead: on one open sandbox, EXECS execs of `true` through the provider (`provider.exec`) and
   EXECS through `AsyncBrokerClient.exec` alone on the same episode, alternating; p50 and p99 of each and
   their ratio (provider / client).
-The last line is the same as JSON. Needs the local cluster with its real node (`hack/cluster.py up`, reused
-if it runs); the release and namespace are removed at the end (kept with --keep).
+The last line is the same as JSON. Needs the local cluster with its real node (`python -m hack.localcluster
+up`, reused if it runs); the release and namespace are removed at the end (kept with --keep).
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
 
-import common
+from hack import sample as hack_sample
+from tests.support.cluster import find_cluster
 
-SAMPLE: Any = common.load_hack_script("sample")
+from bench import common
 
 IN_POD = r"""
 import asyncio, json, os, sys, time
@@ -75,15 +75,13 @@ def main() -> int:
     parser.add_argument("--execs", type=int, default=50)
     parser.add_argument("--keep", action="store_true", help="keep the release and the namespace")
     args = parser.parse_args()
-    cluster = common.find_cluster()
+    cluster, _ = find_cluster()  # left running
     if not cluster.local:
-        raise SystemExit(
-            "bench/nemo_gym.py deploys to the local cluster (its images load into the real node)"
-        )
-    sample = SAMPLE.Sample(cluster.paths, release="gs-bench", release_namespace="gymsandbox-bench",
+        raise SystemExit("bench.nemo_gym deploys to the local cluster (its images load into the real node)")
+    sample = hack_sample.Sample(cluster.paths, release="gs-bench", release_namespace="gymsandbox-bench",
                            namespace="bench-nemo-gym")  # fmt: skip
     try:
-        pod = SAMPLE.up(sample)
+        pod = hack_sample.up(sample)
         common.log(
             f"measuring inside {sample.namespace}/{pod}: {args.starts} starts, {args.execs} execs each way"
         )
@@ -91,7 +89,7 @@ def main() -> int:
                                 str(args.starts), str(args.execs), stdin=IN_POD)  # fmt: skip
     finally:
         if not args.keep:
-            SAMPLE.down(sample)
+            hack_sample.down(sample)
     seen = json.loads(answer.strip().splitlines()[-1])
     p = common.nearest_rank
     columns = ("provider", "client")

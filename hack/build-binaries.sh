@@ -102,7 +102,7 @@ build_helm() {
 build_kubernetes_control_plane() { build_kubernetes "$1" kube-apiserver kube-controller-manager kube-scheduler kubectl; }
 build_kubernetes_node() { build_kubernetes "$1" kubelet kube-proxy; }
 
-# ---- the real node (hack/node.py) ----------------------------------------------------------------------
+# ---- the real node (hack/localcluster/node.py) ---------------------------------------------------------
 
 # source_key FILE: the first 12 hex digits of a file under hack/ that a build uses, so changing it rebuilds.
 source_key() { sha256sum "$here/$1" | cut -c1-12; }

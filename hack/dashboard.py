@@ -1,8 +1,7 @@
-#!/usr/bin/env python3
 """Render docs/dashboard.json's panels with real data: a benchmark run scraped by a real Prometheus.
 
-    .venv/bin/python hack/dashboard.py [--out docs/dashboard.png] [--rate-window 10s] -- BENCH COMMAND...
-    e.g. .venv/bin/python hack/dashboard.py -- .venv/bin/python bench/broker.py --episodes 20
+    .venv/bin/python -m hack.dashboard [--out docs/dashboard.png] [--rate-window 10s] -- BENCH COMMAND...
+    e.g. .venv/bin/python -m hack.dashboard -- .venv/bin/python -m bench.broker --episodes 20
 
 It builds Prometheus from the Go module proxy once (cached under ~/.cache/gymsandbox, keyed by
 PROMETHEUS_VERSION in hack/versions.env), starts it on a loopback port scraping every 2 s whatever the bench's
@@ -29,8 +28,9 @@ from typing import Any
 
 import httpx
 
-import cluster  # hack/cluster.py, beside this script
-from pins import pin
+from hack.localcluster.paths import CACHE, ROOT
+from hack.localcluster.pins import pin
+from hack.localcluster.processes import free_port
 
 try:
     import matplotlib
@@ -38,10 +38,8 @@ try:
     matplotlib.use("Agg")
     from matplotlib import pyplot
 except ImportError:
-    raise SystemExit("hack/dashboard.py needs matplotlib: .venv/bin/pip install -e '.[dashboard]'") from None
+    raise SystemExit("hack.dashboard needs matplotlib: .venv/bin/pip install -e '.[dashboard]'") from None
 
-ROOT = Path(__file__).resolve().parent.parent
-CACHE = Path(os.environ.get("GYMSANDBOX_CACHE", Path.home() / ".cache" / "gymsandbox"))
 SCRAPE_SECONDS = 2
 
 
@@ -157,7 +155,7 @@ def main() -> int:
         ],
     }
     (work / "prometheus.yml").write_text(json.dumps(config))
-    port = cluster.free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     with (work / "prometheus.log").open("wb") as log:
         argv = [str(prometheus()), f"--config.file={work / 'prometheus.yml'}"]

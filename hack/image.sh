@@ -32,7 +32,7 @@ done
 if [[ -z $engine ]]; then
   echo "image.sh: no container engine (docker, podman or buildah) on PATH;" \
     "the Dockerfile is linted by tests/unit/test_dockerfile.py instead;" \
-    "hack/images.py build gymsandbox builds it without one (root, Debian)" >&2
+    "python -m hack.localcluster images build gymsandbox builds it without one (root, Debian)" >&2
   exit 1
 fi
 

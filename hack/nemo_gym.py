@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """A Python 3.12 virtualenv with NeMo Gym's sandbox seam and this project as a Gym host installs it.
 
-    hack/nemo_gym.py venv DIR      make DIR (replacing it) and print DIR/bin/python
+    python -m hack.nemo_gym venv DIR      make DIR (replacing it) and print DIR/bin/python
 
 nemo-gym (NEMO_GYM_VERSION in hack/versions.env; it needs Python >= 3.12) goes in with --no-deps: its
 `nemo_gym.sandbox` imports only the standard library, and that seam with its entry-point registry is all the
@@ -19,10 +18,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from pins import pin  # hack/pins.py, beside this script
-
-ROOT = Path(__file__).resolve().parent.parent
+from hack.localcluster.paths import ROOT
+from hack.localcluster.pins import pin
 
 
 def python312() -> str:
@@ -52,7 +49,9 @@ def make_venv(directory: Path) -> Path:
 
 def main() -> int:
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m hack.nemo_gym",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("venv", help="make the virtualenv").add_argument("directory", type=Path)

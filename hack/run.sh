@@ -5,22 +5,22 @@
 # Ctrl-C (the cluster keeps running: `make cluster-down` stops it).
 # With KUBECONFIG set, or where the real node cannot run: the operator runs here against that cluster with
 # the sample policy and applies examples/gymhost.yaml (its image is a placeholder: it shows admission and
-# status; the sample Gym host needs images the cluster can pull, see hack/images.py).
+# status; the sample Gym host needs images the cluster can pull, see hack/localcluster/images.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 kubectl="$(hack/build-binaries.sh kubernetes | sed -n 's/^kubernetes=//p')/kubectl"
 if [[ -z "${KUBECONFIG:-}" ]]; then
-  .venv/bin/python hack/cluster.py up
+  .venv/bin/python -m hack.localcluster up
   export KUBECONFIG="$PWD/.cluster/kubeconfig"
-  if .venv/bin/python hack/sample.py check; then
-    pod=$(.venv/bin/python hack/sample.py up)
+  if .venv/bin/python -m hack.sample check; then
+    pod=$(.venv/bin/python -m hack.sample up)
     echo
     echo "The sample Gym host gym-demo/$pod is Ready. One rollout: it opens an episode sandbox through NeMo"
     echo "Gym's AsyncSandbox and the gymsandbox provider, runs the task's tests on the reference solution:"
-    .venv/bin/python hack/sample.py rollout
+    .venv/bin/python -m hack.sample rollout
     echo
-    echo "Post another:   .venv/bin/python hack/sample.py rollout"
+    echo "Post another:   .venv/bin/python -m hack.sample rollout"
     echo "  or, with your own solution:"
     echo "  KUBECONFIG=$KUBECONFIG $kubectl -n gym-demo exec -i $pod -- \\"
     echo "    sh -c 'cat > /tmp/s.py && python3 /opt/gym-host/server.py post /tmp/s.py' < solution.py"

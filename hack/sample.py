@@ -1,15 +1,14 @@
-#!/usr/bin/env python3
 """The sample Gym host on the local cluster's real node, as `make run` shows it.
 
-    hack/sample.py up          the chart (operator and broker as pods, from the image built here), a
+    python -m hack.sample up         the chart (operator and broker as pods, from the image built here), a
                                restricted namespace with a claim, and examples/gym-host/gymhost.yaml under
                                gVisor; waits for it to be Ready
-    hack/sample.py rollout     post one rollout to the host (from inside its pod) and print the answer
-    hack/sample.py check       exit 0 when the real node runs, else say why not and exit 1
+    python -m hack.sample rollout    post one rollout to the host (from inside its pod) and print the answer
+    python -m hack.sample check      exit 0 when the real node runs, else say why not and exit 1
 
-Needs the local cluster with its real node (hack/cluster.py up) and the project's virtualenv (PyYAML).
-Everything it makes is named below, so `up` again replaces it and `hack/cluster.py down` removes it with the
-cluster.
+Needs the local cluster with its real node (`python -m hack.localcluster up`) and the project's virtualenv
+(PyYAML, gymsandbox): unlike hack/localcluster/, it is not standard library only. Everything it makes is named
+below, so `up` again replaces it and `python -m hack.localcluster down` removes it with the cluster.
 """
 
 from __future__ import annotations
@@ -28,12 +27,11 @@ from typing import Any
 import yaml  # the project's virtualenv: `make run` runs this with it
 
 from gymsandbox.policy.cluster import USABLE_BY_LABEL
+from hack.localcluster import node as real_node
+from hack.localcluster import tools
+from hack.localcluster.nodeconfig import REAL_NODE_LABEL, TAINT
+from hack.localcluster.paths import ROOT, Paths, cluster_paths
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import cluster  # hack/cluster.py, beside this script
-from nodeconfig import REAL_NODE_LABEL, TAINT
-
-ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "charts" / "gymsandbox-operator"
 HOST_MANIFEST = ROOT / "examples" / "gym-host" / "gymhost.yaml"
 POLICY = ROOT / "examples" / "policy.yaml"
@@ -56,7 +54,7 @@ def log(message: str) -> None:
 class Sample:
     """Where the sample lives; the tests make their own (another release, namespace and volume)."""
 
-    paths: cluster.Paths
+    paths: Paths
     release: str = RELEASE
     release_namespace: str = RELEASE_NAMESPACE
     namespace: str = NAMESPACE
@@ -67,10 +65,10 @@ class Sample:
 
     @cached_property
     def tools(self) -> dict[str, Path]:
-        return cluster.binaries()
+        return tools.binaries()
 
     def kubectl(self, *args: str, stdin: str | None = None) -> str:
-        return cluster.kubectl(self.tools, self.paths.kubeconfig, *args, stdin=stdin)
+        return tools.kubectl(self.tools, self.paths.kubeconfig, *args, stdin=stdin)
 
     def apply(self, *documents: dict[str, Any]) -> None:
         self.kubectl("apply", "-f", "-", stdin="\n".join(json.dumps(d) for d in documents))
@@ -151,10 +149,9 @@ def local_volume(namespace: str, root: Path, node: str) -> list[dict[str, Any]]:
 
 def up(sample: Sample, timeout: float = 300) -> str:
     """Deploy it all and wait for the host to be Ready; returns the host's pod."""
-    node_script = cluster.node_script()
-    if not node_script.running(sample.paths):
-        raise SystemExit("sample.py: the real node is not running (hack/cluster.py up starts it)")
-    images = node_script.load_images(sample.paths, *IMAGES)
+    if not real_node.running(sample.paths):
+        raise SystemExit("sample.py: the real node is not running (python -m hack.localcluster up starts it)")
+    images = real_node.load_images(sample.paths, *IMAGES)
     node = sample.kubectl("get", "nodes", "-l", f"{REAL_NODE_LABEL}=true", "-o", "name")
     node = node.strip().removeprefix("node/")
     metadata = {"name": sample.namespace, "labels": RESTRICTED}
@@ -226,21 +223,21 @@ def rollout(sample: Sample, pod: str, solution: str | None = None) -> dict[str, 
 
 def main() -> int:
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m hack.sample",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("command", choices=["up", "rollout", "check"])
     args = parser.parse_args()
-    sample = Sample(cluster.Paths(cluster.STATE_DIR))
+    sample = Sample(cluster_paths())
     if args.command == "check":
-        node_script = cluster.node_script()
-        if node_script.running(sample.paths):
+        if real_node.running(sample.paths):
             return 0
-        why = node_script.missing_capability() or (
-            "GYMSANDBOX_REAL_NODE=0" if not node_script.enabled() else None
-        )
-        print(
-            f"the real node is not running: {why or 'hack/cluster.py up did not start it'}", file=sys.stderr
-        )
+        why = real_node.missing_capability()
+        if why is None and not real_node.enabled():
+            why = "GYMSANDBOX_REAL_NODE=0"
+        why = why or "python -m hack.localcluster up did not start it"
+        print(f"the real node is not running: {why}", file=sys.stderr)
         return 1
     if args.command == "up":
         print(up(sample))

@@ -2,19 +2,20 @@
 asserting that every object converges and nothing is lost or duplicated. A fault here touches the whole
 cluster: run it on its own (`make chaos`), or last (as `make test` does).
 
-Faults are made by signalling processes of the local control plane that `hack/cluster.py up` started (their
-PIDs, and how each was started, are in its state file); on KUBECONFIG's cluster there are none of ours to
-signal, and the tier is skipped with that reason. The faults and the convergence checks are in faults.py.
+Faults are made by signalling processes of the local control plane that `python -m hack.localcluster up`
+started (their PIDs, and how each was started, are in its state file); on KUBECONFIG's cluster there are
+none of ours to signal, and the tier is skipped with that reason. The faults and the convergence checks are
+in faults.py.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
+from hack.localcluster.paths import cluster_paths
+from hack.localcluster.processes import Processes
 
-from tests.cluster_fixtures import Cluster, cluster_script
 from tests.node.conftest import real_node  # noqa: F401 - the broker faults run on the real node
+from tests.support.cluster import Cluster
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -24,10 +25,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture
-def control_plane(cluster: Cluster) -> Any:
-    """hack/cluster.py's Processes of the local control plane (kube-apiserver, etcd, ...): their PIDs, and a
-    restart of each as it was started."""
+def control_plane(cluster: Cluster) -> Processes:
+    """The Processes of the local control plane (kube-apiserver, etcd, ...): their PIDs, and a restart of
+    each as it was started."""
     if not cluster.local:
         pytest.skip("KUBECONFIG's cluster: its control plane is not a process started here")
-    paths = cluster_script.Paths(cluster_script.STATE_DIR)  # type: ignore[attr-defined]
-    return cluster_script.Processes(paths.state, paths.logs)
+    paths = cluster_paths()
+    return Processes(paths.state, paths.logs)

@@ -17,10 +17,11 @@ from kubernetes.client.exceptions import ApiException
 
 from gymsandbox.api.names import LABEL_COMPONENT
 from gymsandbox.desired.labels import COMPONENT_EPISODE
-from tests.cluster_fixtures import Cluster, OperatorProcess
-from tests.integration.episodes import Episodes, episode
-from tests.integration.gymhosts import Hosts, apply, sample, set_path
-from tests.scrape import scrape
+from tests.support.cluster import Cluster
+from tests.support.episodes import Episodes, episode
+from tests.support.gymhosts import Hosts, apply, sample, set_path
+from tests.support.processes import OperatorProcess
+from tests.support.scrape import scrape
 
 HOST = "swe-gym-run-1"
 

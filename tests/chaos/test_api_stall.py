@@ -18,7 +18,8 @@ import pytest
 from kubernetes import client
 
 from tests.chaos.faults import assert_no_traceback, burst, converge, stall
-from tests.cluster_fixtures import Cluster, OperatorProcess
+from tests.support.cluster import Cluster
+from tests.support.processes import OperatorProcess
 
 EPISODES = 40
 

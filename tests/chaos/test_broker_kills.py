@@ -24,10 +24,12 @@ from kubernetes import client
 
 from gymsandbox.client import BrokerClient, BrokerClientError
 from gymsandbox.client.calls import TRANSPORT_ERROR
-from tests.cluster_fixtures import BrokerProcess, Cluster, Identities, OperatorProcess
-from tests.integration.episodes import Episodes
-from tests.integration.gymhosts import read_token
 from tests.node.conftest import SHELL_IMAGE, module_host, node_host
+from tests.support.chart import Identities
+from tests.support.cluster import Cluster
+from tests.support.episodes import Episodes
+from tests.support.gymhosts import read_token
+from tests.support.processes import BrokerProcess, OperatorProcess
 
 HOST = "broker-kills"
 PAYLOAD_BYTES = 32 * 1024 * 1024

@@ -13,9 +13,10 @@ import httpx
 import pytest
 from kubernetes import client
 
-from tests.cluster_fixtures import BrokerProcess, Identities
-from tests.integration.episodes import EPISODE_IMAGE, Episodes
-from tests.integration.gymhosts import eventually
+from tests.support.chart import Identities
+from tests.support.episodes import EPISODE_IMAGE, Episodes
+from tests.support.gymhosts import eventually
+from tests.support.processes import BrokerProcess
 
 HOST = "swe-gym-run-1"
 

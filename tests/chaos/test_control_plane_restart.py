@@ -19,8 +19,9 @@ from kubernetes.client.exceptions import ApiException
 from gymsandbox.api.names import LABEL_COMPONENT
 from gymsandbox.desired.labels import COMPONENT_EPISODE
 from tests.chaos.faults import assert_no_traceback, burst, compact_etcd, converge, wait_api
-from tests.cluster_fixtures import Cluster, OperatorProcess
-from tests.scrape import scrape
+from tests.support.cluster import Cluster
+from tests.support.processes import OperatorProcess
+from tests.support.scrape import scrape
 
 EPISODES = 40
 DOWN_SECONDS = 10

@@ -10,9 +10,10 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from tests.chaos.faults import HOST, assert_no_traceback, burst
-from tests.cluster_fixtures import Cluster, OperatorProcess
-from tests.integration.episodes import Episodes, episode
-from tests.integration.gymhosts import GROUP, VERSION, Hosts, eventually
+from tests.support.cluster import Cluster
+from tests.support.episodes import Episodes, episode
+from tests.support.gymhosts import GROUP, VERSION, Hosts, eventually
+from tests.support.processes import OperatorProcess
 
 EPISODES = 30
 GONE_SECONDS = 60

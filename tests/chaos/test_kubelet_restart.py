@@ -9,15 +9,18 @@ import os
 import signal
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
+from hack.localcluster import node as local_node
+from hack.localcluster.paths import cluster_paths
+from hack.localcluster.processes import Processes
 from kubernetes import client
 
-from tests.cluster_fixtures import Cluster, OperatorProcess, cluster_script
-from tests.integration.episodes import Episodes, episode
-from tests.integration.gymhosts import Hosts, eventually
-from tests.node.conftest import SHELL_IMAGE, module_host, node_host, node_script
+from tests.node.conftest import SHELL_IMAGE, module_host, node_host
+from tests.support.cluster import Cluster
+from tests.support.episodes import Episodes, episode
+from tests.support.gymhosts import Hosts, eventually
+from tests.support.processes import OperatorProcess
 
 HOST = "kubelet-restart"
 # The node controller's grace period (50 s by default) plus its 5 s monitor period, and some slack.
@@ -39,9 +42,8 @@ def host_namespace(
     yield from module_host(cluster, core, api_client, real_node, tmp_path_factory, node_host(HOST, "crun"))
 
 
-def node_processes() -> Any:
-    cluster_paths = cluster_script.Paths(cluster_script.STATE_DIR)  # type: ignore[attr-defined]
-    return node_script.processes(node_script.NodePaths(cluster_paths.root / "node"))
+def node_processes() -> Processes:
+    return local_node.processes(cluster_paths().node)
 
 
 def test_kubelet_killed_hosts_and_episodes_report_node_unreachable_and_recover_when_it_returns(

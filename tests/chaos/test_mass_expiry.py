@@ -18,9 +18,10 @@ from typing import Any
 from kubernetes import client
 
 from tests.chaos.faults import assert_no_traceback
-from tests.cluster_fixtures import Cluster, OperatorProcess
-from tests.integration.episodes import Episodes, episode
-from tests.integration.gymhosts import GROUP, VERSION, Hosts, apply, eventually, sample, set_path
+from tests.support.cluster import Cluster
+from tests.support.episodes import Episodes, episode
+from tests.support.gymhosts import GROUP, VERSION, Hosts, apply, eventually, sample, set_path
+from tests.support.processes import OperatorProcess
 
 HOSTS = 20
 PER_HOST = 50

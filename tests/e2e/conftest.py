@@ -15,7 +15,7 @@ from typing import cast
 import pytest
 from kubernetes import client, config
 
-from tests.namespaces import restricted_namespace
+from tests.support.namespaces import restricted_namespace
 
 HINT = "run `make kind-e2e` (hack/kind-e2e.sh: kind cluster, image, chart, then these tests with KUBECONFIG)"
 # Where hack/kind-e2e.sh installs the chart.

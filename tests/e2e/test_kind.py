@@ -24,7 +24,7 @@ from kubernetes.client.exceptions import ApiException
 
 from gymsandbox.api.names import GROUP, LABEL_HOST, VERSION
 from tests.e2e.conftest import RELEASE, RELEASE_NAMESPACE
-from tests.integration.gymhosts import eventually
+from tests.support.gymhosts import eventually
 
 pytestmark = pytest.mark.e2e
 

@@ -14,20 +14,18 @@ from typing import Any
 
 import httpx
 import pytest
+from hack.localcluster.kwok import enable_exec
+from hack.localcluster.paths import cluster_paths
 from kubernetes import client
 
 from gymsandbox.leases import SIGNING_KEY_SECRET, Claims, Scope, issue, key_from_secret, operate_claims, peek
-from tests.cluster_fixtures import (
-    OPERATOR_NAMESPACE,
-    BrokerProcess,
-    Cluster,
-    Identities,
-    cluster_script,
-)
-from tests.integration.archives import tar_of, untar
-from tests.integration.episodes import EPISODE_IMAGE, Episodes
-from tests.integration.gymhosts import eventually, read_token
-from tests.scrape import scrape
+from tests.support.archives import tar_of, untar
+from tests.support.chart import OPERATOR_NAMESPACE, Identities
+from tests.support.cluster import Cluster
+from tests.support.episodes import EPISODE_IMAGE, Episodes
+from tests.support.gymhosts import eventually, read_token
+from tests.support.processes import BrokerProcess
+from tests.support.scrape import scrape
 
 pytestmark = pytest.mark.integration
 
@@ -282,8 +280,8 @@ def sandbox(
     episodes.wait_ready(episode_id)
     if cluster.local:
         pod = (episodes.get(episode_id) or {})["status"]["podName"]
-        paths = cluster_script.Paths(cluster_script.STATE_DIR)  # type: ignore[attr-defined]
-        cluster_script.enable_exec(paths, namespace, pod, served=True)  # type: ignore[attr-defined]
+        paths = cluster_paths()
+        enable_exec(paths, namespace, pod, served=True)
     return episode_id
 
 

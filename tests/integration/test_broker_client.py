@@ -5,12 +5,15 @@ from __future__ import annotations
 import os
 
 import pytest
+from hack.localcluster.kwok import enable_exec
+from hack.localcluster.paths import cluster_paths
 from kubernetes import client
 
 from gymsandbox.client import BrokerClient, BrokerClientError
-from tests.cluster_fixtures import BrokerProcess, Cluster, cluster_script
-from tests.integration.episodes import EPISODE_IMAGE, Episodes
-from tests.integration.gymhosts import eventually
+from tests.support.cluster import Cluster
+from tests.support.episodes import EPISODE_IMAGE, Episodes
+from tests.support.gymhosts import eventually
+from tests.support.processes import BrokerProcess
 
 pytestmark = pytest.mark.integration
 
@@ -30,8 +33,8 @@ def test_the_client_creates_runs_transfers_and_closes_an_episode(
         eventually(lambda: broker_client.get_episode(episode.id).ready, timeout=20, what="Ready")
         if cluster.local:
             pod = (Episodes(api_client, namespace).get(episode.id) or {})["status"]["podName"]
-            paths = cluster_script.Paths(cluster_script.STATE_DIR)  # type: ignore[attr-defined]
-            cluster_script.enable_exec(paths, namespace, pod, served=True)  # type: ignore[attr-defined]
+            paths = cluster_paths()
+            enable_exec(paths, namespace, pod, served=True)
 
         echoed = broker_client.exec(episode.id, ["echo", "hello"])
         assert (echoed.exit_code, echoed.stdout, echoed.timed_out) == (0, "hello\n", False)

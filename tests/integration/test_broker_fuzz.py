@@ -52,9 +52,10 @@ from schemathesis.specs.openapi.checks import response_schema_conformance
 from gymsandbox.broker.archive import sandbox_path
 from gymsandbox.broker.errors import STATUS, BrokerError
 from gymsandbox.broker.service import BrokerSettings
-from tests.cluster_fixtures import BrokerProcess, Cluster, OperatorProcess
-from tests.integration.episodes import EPISODE_IMAGE, Episodes
-from tests.integration.gymhosts import Hosts, apply, read_token, sample, set_path
+from tests.support.cluster import Cluster
+from tests.support.episodes import EPISODE_IMAGE, Episodes
+from tests.support.gymhosts import Hosts, apply, read_token, sample, set_path
+from tests.support.processes import BrokerProcess, OperatorProcess
 
 pytestmark = pytest.mark.integration
 

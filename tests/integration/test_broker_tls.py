@@ -14,7 +14,9 @@ import pytest
 import yaml
 
 from gymsandbox.client.broker import broker_ssl_context
-from tests.cluster_fixtures import CHART, OPERATOR_NAMESPACE, BrokerProcess, Cluster, Identities, helm
+from tests.support.chart import CHART, OPERATOR_NAMESPACE, Identities
+from tests.support.cluster import Cluster
+from tests.support.processes import BrokerProcess
 
 pytestmark = pytest.mark.integration
 
@@ -31,8 +33,8 @@ def tls_broker(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[BrokerProcess]:
     """A broker serving the chart's generated certificate, mounted as the chart mounts its Secret."""
-    rendered = helm(
-        cluster, "template", RELEASE, str(CHART), "--namespace", OPERATOR_NAMESPACE,
+    rendered = cluster.helm(
+        "template", RELEASE, str(CHART), "--namespace", OPERATOR_NAMESPACE,
         "--kube-version", "1.36.3", "--set", "broker.tls.enabled=true",
     )  # fmt: skip
     assert rendered.returncode == 0, rendered.stderr

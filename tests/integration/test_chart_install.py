@@ -8,8 +8,10 @@ import json
 import pytest
 from kubernetes import client
 
-from tests.cluster_fixtures import CHART, OPERATOR_NAMESPACE, Cluster, OperatorProcess, helm
-from tests.integration.gymhosts import Hosts, apply, sample
+from tests.support.chart import CHART, OPERATOR_NAMESPACE
+from tests.support.cluster import Cluster
+from tests.support.gymhosts import Hosts, apply, sample
+from tests.support.processes import OperatorProcess
 
 pytestmark = pytest.mark.integration
 
@@ -17,7 +19,7 @@ pytestmark = pytest.mark.integration
 @pytest.fixture
 def local(cluster: Cluster) -> None:
     """Only the local control plane runs the chart's pods whatever their image (kwok plays them). On another
-    cluster fixtures (tests/cluster_fixtures.py) scale them to zero, since the chart's default image is a
+    cluster fixtures (tests/support/fixtures.py) scale them to zero, since the chart's default image is a
     placeholder; there, `make
     kind-e2e` (tests/e2e) checks the chart's pods with a real image instead."""
     if not cluster.local:
@@ -30,7 +32,7 @@ def local(cluster: Cluster) -> None:
 def test_the_release_is_deployed_with_available_deployments(
     local: None, cluster: Cluster, chart_release: str, api_client: client.ApiClient
 ) -> None:
-    status = helm(cluster, "status", chart_release, "--namespace", OPERATOR_NAMESPACE, "--output", "json")
+    status = cluster.helm("status", chart_release, "--namespace", OPERATOR_NAMESPACE, "--output", "json")
     assert status.returncode == 0, status.stderr
     assert json.loads(status.stdout)["info"]["status"] == "deployed"
     apps = client.AppsV1Api(api_client)
@@ -61,7 +63,7 @@ def test_an_upgrade_keeps_crds_and_running_hosts(
         "upgrade", chart_release, str(CHART), "--namespace", OPERATOR_NAMESPACE, "--reuse-values", "--wait",
     ]  # fmt: skip
     try:
-        result = helm(cluster, *upgrade, "--set", f"broker.replicas={replicas + 1}")
+        result = cluster.helm(*upgrade, "--set", f"broker.replicas={replicas + 1}")
         assert result.returncode == 0, result.stderr
         assert apps.read_namespaced_deployment(broker, OPERATOR_NAMESPACE).spec.replicas == replicas + 1
         assert extensions.read_custom_resource_definition("gymhosts.gymsandbox.dev").metadata.uid == crd_uid
@@ -70,5 +72,5 @@ def test_an_upgrade_keeps_crds_and_running_hosts(
         assert host["metadata"].get("deletionTimestamp") is None
         hosts.wait_reason("swe-gym-run-1", "HostReady")
     finally:
-        result = helm(cluster, *upgrade, "--set", f"broker.replicas={replicas}")
+        result = cluster.helm(*upgrade, "--set", f"broker.replicas={replicas}")
         assert result.returncode == 0, result.stderr

@@ -1,7 +1,7 @@
 """The chart's RBAC is enough, and every rule in it is needed.
 
 The whole integration suite runs the operator and broker as the chart's ServiceAccounts
-(tests/cluster_fixtures.py:
+(tests/support/fixtures.py:
 `identities`), so the chart's rules are enough. Here: calls outside them are denied, and each rule is needed:
 for every rule in templates/rbac.yaml, a second release (`rbac-audit`) loses that one rule and the test its
 `# needed by` comment names is run against it in a child pytest, which must fail; with all rules it passes.
@@ -18,21 +18,14 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hack.localcluster.paths import ROOT
 from kubernetes import client, config
 
 from gymsandbox.leases import SIGNING_KEY_SECRET
-from tests.cluster_fixtures import (
-    CHART,
-    OPERATOR_NAMESPACE,
-    ROOT,
-    Cluster,
-    Identities,
-    OperatorProcess,
-    chart_values,
-    helm,
-    release_finalizers,
-)
-from tests.integration.gymhosts import Hosts, apply, sample
+from tests.support.chart import CHART, OPERATOR_NAMESPACE, Identities, chart_values, release_finalizers
+from tests.support.cluster import Cluster
+from tests.support.gymhosts import Hosts, apply, sample
+from tests.support.processes import OperatorProcess
 
 pytestmark = pytest.mark.integration
 
@@ -206,8 +199,7 @@ def test_the_operator_logs_no_permission_errors(
 def audit_release(cluster: Cluster, crds: None, tmp_path_factory: pytest.TempPathFactory) -> str:
     values = tmp_path_factory.mktemp("audit") / "values.yaml"
     values.write_text(yaml.safe_dump(chart_values()))
-    result = helm(
-        cluster,
+    result = cluster.helm(
         "upgrade", "--install", AUDIT_RELEASE, str(CHART), "--skip-crds",
         "--namespace", AUDIT_NAMESPACE, "--create-namespace",
         "--values", str(values), "--wait", "--timeout", "180s",

@@ -6,12 +6,12 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from tests.integration.gymhosts import eventually
+from tests.support.gymhosts import eventually
 
 pytestmark = pytest.mark.integration
 
 # RuntimeClass -> the value of gymsandbox.dev/runtime its scheduling selects. `crun` lands on kwok-crun-0, or
-# on the real node where hack/node.py runs one (then kwok-crun-0 does not exist).
+# on the real node where hack/localcluster/node.py runs one (then kwok-crun-0 does not exist).
 RUNTIME_CLASSES = {"kata-qemu": "kata", "crun": "crun"}
 
 

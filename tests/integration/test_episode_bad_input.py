@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tests.cluster_fixtures import Cluster, OperatorProcess
-from tests.integration.episodes import EPISODE_IMAGE, Episodes, episode
-from tests.integration.gymhosts import Hosts, apply, eventually, sample
+from tests.support.cluster import Cluster
+from tests.support.episodes import EPISODE_IMAGE, Episodes, episode
+from tests.support.gymhosts import Hosts, apply, eventually, sample
+from tests.support.processes import OperatorProcess
 
 pytestmark = pytest.mark.integration
 

@@ -10,9 +10,10 @@ import pytest
 from kubernetes import client
 
 from gymsandbox.api.names import GROUP, VERSION
-from tests.cluster_fixtures import RESYNC_SECONDS, Cluster, OperatorProcess
-from tests.integration.episodes import Episodes, episode
-from tests.integration.gymhosts import Hosts, apply, eventually, sample
+from tests.support.cluster import Cluster
+from tests.support.episodes import Episodes, episode
+from tests.support.gymhosts import Hosts, apply, eventually, sample
+from tests.support.processes import RESYNC_SECONDS, OperatorProcess
 
 pytestmark = pytest.mark.integration
 

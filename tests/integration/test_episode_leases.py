@@ -20,9 +20,11 @@ from gymsandbox.leases import (
     operate_claims,
     verify_live,
 )
-from tests.cluster_fixtures import OPERATOR_NAMESPACE, Cluster, OperatorProcess
-from tests.integration.episodes import Episodes, episode
-from tests.integration.gymhosts import Hosts, apply, eventually, sample
+from tests.support.chart import OPERATOR_NAMESPACE
+from tests.support.cluster import Cluster
+from tests.support.episodes import Episodes, episode
+from tests.support.gymhosts import Hosts, apply, eventually, sample
+from tests.support.processes import OperatorProcess
 
 pytestmark = pytest.mark.integration
 

@@ -9,10 +9,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from kubernetes import client, watch
 
-from tests.cluster_fixtures import Cluster, OperatorProcess
-from tests.integration.episodes import Episodes, episode
-from tests.integration.gymhosts import Hosts, eventually, ready_host
-from tests.scrape import scrape
+from tests.support.cluster import Cluster
+from tests.support.episodes import Episodes, episode
+from tests.support.gymhosts import Hosts, eventually, ready_host
+from tests.support.processes import OperatorProcess
+from tests.support.scrape import scrape
 
 pytestmark = pytest.mark.integration
 

@@ -9,11 +9,12 @@ from typing import Any, cast
 import pytest
 from kubernetes import client
 
-from tests.cluster_fixtures import Cluster, OperatorProcess
-from tests.gitops_health import Health, assess
-from tests.integration.episodes import Episodes, episode
-from tests.integration.gymhosts import Hosts, apply, eventually, sample, set_path
 from tests.integration.test_gymhost import POD_FAILURES, _patch_container_status
+from tests.support.cluster import Cluster
+from tests.support.episodes import Episodes, episode
+from tests.support.gitops_health import Health, assess
+from tests.support.gymhosts import Hosts, apply, eventually, sample, set_path
+from tests.support.processes import OperatorProcess
 
 pytestmark = pytest.mark.integration
 

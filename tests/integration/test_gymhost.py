@@ -8,12 +8,16 @@ import threading
 from typing import Any
 
 import pytest
+from hack.localcluster.kwok import enable_exec
+from hack.localcluster.paths import cluster_paths
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
 from gymsandbox.client import GymHostFailedError, wait_ready
-from tests.cluster_fixtures import OPERATOR_NAMESPACE, RELEASE, Cluster, OperatorProcess, cluster_script
-from tests.integration.gymhosts import Hosts, apply, eventually, host_wait_seconds, sample, set_path
+from tests.support.chart import OPERATOR_NAMESPACE, RELEASE
+from tests.support.cluster import Cluster
+from tests.support.gymhosts import Hosts, apply, eventually, host_wait_seconds, sample, set_path
+from tests.support.processes import OperatorProcess
 
 pytestmark = pytest.mark.integration
 
@@ -237,9 +241,9 @@ def test_failure_log_tail_is_read_from_the_container_log(
     ready_sample: dict[str, Any], cluster: Cluster, core: client.CoreV1Api, namespace: str, hosts: Hosts
 ) -> None:
     """The log (pods/log, served by kwok from a file) wins over the kubelet's termination message."""
-    paths = cluster_script.Paths(cluster_script.STATE_DIR)  # type: ignore[attr-defined]
+    paths = cluster_paths()
     lines = ("loading SWE-Gym tasks", "KeyError: 'reward_model'")
-    cluster_script.enable_exec(paths, namespace, f"{NAME}-host", lines)  # type: ignore[attr-defined]
+    enable_exec(paths, namespace, f"{NAME}-host", lines)
 
     def served() -> bool:
         try:

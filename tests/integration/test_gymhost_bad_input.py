@@ -9,9 +9,10 @@ import pytest
 from kubernetes import client
 
 from gymsandbox.client import GymHostFailedError, wait_ready
-from tests.cluster_fixtures import Cluster, OperatorProcess
-from tests.integration.gymhosts import DELETE, Hosts, apply, sample, set_path
 from tests.integration.test_control_plane import restricted_pod
+from tests.support.cluster import Cluster
+from tests.support.gymhosts import DELETE, Hosts, apply, sample, set_path
+from tests.support.processes import OperatorProcess
 
 pytestmark = pytest.mark.integration
 

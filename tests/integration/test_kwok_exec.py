@@ -1,5 +1,5 @@
 """`kubectl exec` and `kubectl logs` on the fake nodes: kwok runs exec commands as local processes, each pod
-in its own directory, and serves a pod's log from a file (hack/cluster.py `enable_exec`).
+in its own directory, and serves a pod's log from a file (hack/localcluster/kwok.py `enable_exec`).
 
 These pin what kwok v0.8.0 does, quirks included, since the broker's tests run on it: a non-zero exit
 code reaches the client only inside an error message, stdin never reaches end-of-file, and a command
@@ -16,12 +16,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hack.localcluster.kwok import enable_exec
+from hack.localcluster.paths import cluster_paths
 from kubernetes import client
 
-from tests.cluster_fixtures import Cluster, cluster_script
-from tests.integration.archives import tar_of, untar
-from tests.integration.gymhosts import eventually
 from tests.integration.test_control_plane import restricted_pod
+from tests.support.archives import tar_of, untar
+from tests.support.cluster import Cluster
+from tests.support.gymhosts import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -30,11 +32,12 @@ MakePod = Callable[..., Path]
 
 @pytest.fixture
 def kwok(cluster: Cluster) -> object:
-    """The local control plane's state (hack/cluster.py Paths); its kwok is the one these tests configure."""
-    paths = cluster_script.Paths(cluster_script.STATE_DIR)  # type: ignore[attr-defined]
+    """The local control plane's state (hack/localcluster/paths.py Paths); its kwok is the one these tests
+    configure."""
+    paths = cluster_paths()
     ours = paths.kubeconfig.exists() and paths.kubeconfig.resolve() == cluster.kubeconfig.resolve()
     if not (cluster.local or ours):
-        pytest.skip("needs the local control plane's kwok (hack/cluster.py)")
+        pytest.skip("needs the local control plane's kwok (hack/localcluster)")
     return paths
 
 
@@ -44,7 +47,7 @@ def make_pod(kwok: object, core: client.CoreV1Api, namespace: str) -> MakePod:
 
     def make(name: str, log_lines: tuple[str, ...] = ()) -> Path:
         # The Exec and Logs objects first, so kwok serves the pod as soon as it is Ready.
-        workdir: Path = cluster_script.enable_exec(kwok, namespace, name, log_lines)  # type: ignore[attr-defined]
+        workdir = enable_exec(kwok, namespace, name, log_lines)
         create_ready_pod(core, namespace, name)
         return workdir
 

@@ -9,10 +9,11 @@ import time
 import pytest
 from kubernetes import client
 
-from tests.cluster_fixtures import RESYNC_SECONDS, Cluster, OperatorProcess
-from tests.integration.episodes import Episodes, episode
-from tests.integration.gymhosts import Hosts, apply, eventually, ready_host, sample
-from tests.scrape import Scrape, scrape
+from tests.support.cluster import Cluster
+from tests.support.episodes import Episodes, episode
+from tests.support.gymhosts import Hosts, apply, eventually, ready_host, sample
+from tests.support.processes import RESYNC_SECONDS, OperatorProcess
+from tests.support.scrape import Scrape, scrape
 
 pytestmark = pytest.mark.integration
 

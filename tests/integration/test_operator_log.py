@@ -19,8 +19,10 @@ from gymsandbox.handlers.gymhost import release_hosts
 from gymsandbox.kube.client import GYMHOST, Kube
 from gymsandbox.leases import SigningKey
 from gymsandbox.policy.cluster import ClusterPolicy
-from tests.cluster_fixtures import Cluster, Identities, OperatorProcess, release_finalizers
-from tests.integration.gymhosts import Hosts, apply, sample
+from tests.support.chart import Identities, release_finalizers
+from tests.support.cluster import Cluster
+from tests.support.gymhosts import Hosts, apply, sample
+from tests.support.processes import OperatorProcess
 
 pytestmark = pytest.mark.integration
 

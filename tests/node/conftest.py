@@ -1,9 +1,9 @@
-"""The node tier: the shared cluster fixtures (tests/cluster_fixtures.py) plus a real node with real
+"""The node tier: the shared cluster fixtures (tests/support/fixtures.py) plus a real node with real
 containers.
 
-Every test here runs on the real node that `hack/cluster.py up` starts (hack/node.py), or on any cluster named
-by KUBECONFIG whose nodes carry the label `gymsandbox.dev/real-node=true` and the profiles `crun` and
-`gvisor`.
+Every test here runs on the real node that `python -m hack.localcluster up` starts
+(hack/localcluster/node.py), or on any cluster named by KUBECONFIG whose nodes carry the label
+`gymsandbox.dev/real-node=true` and the profiles `crun` and `gvisor`.
 Where this machine cannot run a real node, the tier is skipped with that reason; where it can, a missing node
 is an error, never a skip.
 """
@@ -19,16 +19,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hack.localcluster import node as local_node
+from hack.localcluster.nodeconfig import REAL_NODE_LABEL, SHELL_IMAGE
+from hack.sample import local_volume
 from kubernetes import client
-from tests.cluster_fixtures import SHARED_PREFIX, Cluster, cluster_script
-from tests.hack_scripts import load
-from tests.integration.gymhosts import Hosts, apply, eventually, sample
-from tests.namespaces import restricted_namespace
+from tests.support.cluster import Cluster
+from tests.support.fixtures import SHARED_PREFIX
+from tests.support.gymhosts import Hosts, apply, eventually, sample
+from tests.support.namespaces import restricted_namespace
 
-node_script: Any = cluster_script.node_script()  # type: ignore[attr-defined]
-sample_script: Any = load("sample")  # hack/sample.py: the local volume's manifests
-SHELL_IMAGE = node_script.SHELL_IMAGE
-REAL_NODE_SELECTOR = f"{node_script.REAL_NODE_LABEL}=true"
+REAL_NODE_SELECTOR = f"{REAL_NODE_LABEL}=true"
 ENVIRONMENT = "environments/env-1"
 HEALTH_BODY = "ok from the environment\n"
 # How long a real node that is there but not Ready (its kubelet not heard from for a while) is waited for.
@@ -49,8 +49,8 @@ def real_node(cluster: Cluster, core: client.CoreV1Api) -> str:
     ready = _ready_real_nodes(core)
     if ready:
         return ready[0]
-    why = node_script.missing_capability() if cluster.local else "KUBECONFIG's cluster has no real node"
-    if cluster.local and not node_script.enabled():
+    why = local_node.missing_capability() if cluster.local else "KUBECONFIG's cluster has no real node"
+    if cluster.local and not local_node.enabled():
         why = "GYMSANDBOX_REAL_NODE=0"
     if why:
         pytest.skip(f"no real node: {why}")
@@ -125,7 +125,7 @@ def make_volume(cluster: Cluster, namespace: str, node: str, directory: Path) ->
     (root / "workspaces").mkdir()
     for parent in (directory, *directory.parents):  # the kubelet (root) mounts it; pods reach it as 65532
         parent.chmod(parent.stat().st_mode | 0o711)
-    pv, claim = sample_script.local_volume(namespace, root, node)
+    pv, claim = local_volume(namespace, root, node)
     cluster.kubectl_run("apply", "-f", "-", stdin=json.dumps(pv))
     apply(cluster, namespace, claim)
     yield Volume("gym-storage", root)

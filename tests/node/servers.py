@@ -16,7 +16,9 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+from hack.localcluster.node import add_netns_link, delete_netns_link
+from hack.localcluster.nodeconfig import POD_CIDR
 
 PRIMARY, SECONDARY = "10.89.1.2", "10.89.1.3"
 METADATA = "169.254.169.254"
@@ -41,7 +43,7 @@ def _run(*argv: str) -> None:
 
 
 @contextlib.contextmanager
-def started_servers(node_script: Any, directory: Path) -> Iterator[Servers]:
+def started_servers(directory: Path) -> Iterator[Servers]:
     """Start the servers; on exit stop each by PID and remove the namespaces, links and routing rule."""
     www = directory / "www"
     www.mkdir(parents=True)
@@ -58,7 +60,7 @@ def started_servers(node_script: Any, directory: Path) -> Iterator[Servers]:
         )
 
     try:
-        node_script.add_netns_link("gs-tsrv", ("gstsrv-h", "gstsrv-n"), "10.89.1.1", [PRIMARY, SECONDARY], 29)
+        add_netns_link("gs-tsrv", ("gstsrv-h", "gstsrv-n"), "10.89.1.1", [PRIMARY, SECONDARY], 29)
         for listen in (f"{PRIMARY}:8080", f"{PRIMARY}:9090", f"{SECONDARY}:8080"):
             serve("gs-tsrv", "busybox", "httpd", "-f", "-p", listen, "-h", str(www))
         serve(
@@ -70,11 +72,11 @@ def started_servers(node_script: Any, directory: Path) -> Iterator[Servers]:
             RESOLVER_NAME,
             RESOLVER_ANSWER,
         )
-        node_script.add_netns_link("gs-tmeta", ("gstmeta-h", "gstmeta-n"), "10.89.1.9", [METADATA_VIA], 30)
+        add_netns_link("gs-tmeta", ("gstmeta-h", "gstmeta-n"), "10.89.1.9", [METADATA_VIA], 30)
         _run("ip", "netns", "exec", "gs-tmeta", "ip", "addr", "add", f"{METADATA}/32", "dev", "lo")
         serve("gs-tmeta", "busybox", "httpd", "-f", "-p", f"{METADATA}:80", "-h", str(www))
         _run("ip", "route", "add", f"{METADATA}/32", "via", METADATA_VIA, "table", ROUTE_TABLE)
-        _run("ip", "rule", "add", "from", node_script.POD_CIDR, "to", f"{METADATA}/32", "table", ROUTE_TABLE)
+        _run("ip", "rule", "add", "from", POD_CIDR, "to", f"{METADATA}/32", "table", ROUTE_TABLE)
         yield Servers()
     finally:
         for process in started:
@@ -82,5 +84,5 @@ def started_servers(node_script: Any, directory: Path) -> Iterator[Servers]:
             process.wait(timeout=10)
         subprocess.run(["ip", "rule", "del", "table", ROUTE_TABLE], check=False, capture_output=True)
         subprocess.run(["ip", "route", "flush", "table", ROUTE_TABLE], check=False, capture_output=True)
-        node_script.delete_netns_link("gs-tsrv", "gstsrv-h")
-        node_script.delete_netns_link("gs-tmeta", "gstmeta-h")
+        delete_netns_link("gs-tsrv", "gstsrv-h")
+        delete_netns_link("gs-tmeta", "gstmeta-h")

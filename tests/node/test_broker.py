@@ -14,11 +14,13 @@ from typing import Any
 
 import httpx
 import pytest
+from hack.localcluster.nodeconfig import PAUSE_IMAGE
 from kubernetes import client
-from tests.cluster_fixtures import BrokerProcess, Cluster, OperatorProcess
-from tests.integration.archives import tar_of, untar
-from tests.integration.episodes import Episodes
-from tests.node.conftest import SHELL_IMAGE, module_host, node_host, node_script
+from tests.node.conftest import SHELL_IMAGE, module_host, node_host
+from tests.support.archives import tar_of, untar
+from tests.support.cluster import Cluster
+from tests.support.episodes import Episodes
+from tests.support.processes import BrokerProcess, OperatorProcess
 
 PAYLOAD_BYTES = 50 * 1024 * 1024
 
@@ -62,7 +64,7 @@ def session(
     runtime = request.param
     name = f"{runtime}-broker"
     host = node_host(name, runtime)
-    host["spec"]["episodes"]["images"].append(node_script.PAUSE_IMAGE)  # an image without sh
+    host["spec"]["episodes"]["images"].append(PAUSE_IMAGE)  # an image without sh
     host["spec"]["resources"] = {"cpu": "100m", "memory": "128Mi", "ephemeralStorage": "1Gi"}
     for namespace in module_host(cluster, core, api_client, real_node, tmp_path_factory, host):
         secret = core.read_namespaced_secret(f"{name}-lease", namespace)
@@ -178,7 +180,7 @@ def test_pod_killed_mid_exec_answers_minus_two(
 def test_image_without_the_brokers_tools_answers_a_clear_error(
     session: Session, api_client: client.ApiClient
 ) -> None:
-    bare = session.create(image=node_script.PAUSE_IMAGE, command=["/pause"])
+    bare = session.create(image=PAUSE_IMAGE, command=["/pause"])
     Episodes(api_client, session.namespace).wait_ready(bare, timeout=120)
     response = session.exec(bare, argv=["true"])
     assert response.status_code == 422, response.text

@@ -1,7 +1,7 @@
 """The chart as a user installs it: the operator and the broker run as real pods on the real node, from the
-image built from the project's Dockerfile (hack/images.py), and serve a GymHost end to end. The host pod
-itself opens an episode through the in-cluster broker (HTTPS, with the certificate the chart made) with its
-own lease and the project's Python client, and runs a command in it.
+image built from the project's Dockerfile (hack/localcluster/images.py), and serve a GymHost end to end. The
+host pod itself opens an episode through the in-cluster broker (HTTPS, with the certificate the chart made)
+with its own lease and the project's Python client, and runs a command in it.
 
 Its own release, watching only its own namespace (`incluster-...`, which the session's operator process does
 not watch), so nothing here competes with the processes the rest of the suite runs.
@@ -18,20 +18,23 @@ from typing import Any
 
 import pytest
 import yaml
+from hack.localcluster.node import load_images
+from hack.localcluster.nodeconfig import REAL_NODE_LABEL
+from hack.localcluster.paths import cluster_paths
 from kubernetes import client
-from tests.cluster_fixtures import CHART, Cluster, chart_values, cluster_script, helm
-from tests.integration.gymhosts import Hosts, apply, eventually
-from tests.namespaces import restricted_namespace
 from tests.node.conftest import (
     SHELL_IMAGE,
     exec_in,
     make_volume,
     node_host,
-    node_script,
     shell_pod,
     wait_pod_ready,
 )
-from tests.scrape import parse
+from tests.support.chart import CHART, chart_values
+from tests.support.cluster import Cluster
+from tests.support.gymhosts import Hosts, apply, eventually
+from tests.support.namespaces import restricted_namespace
+from tests.support.scrape import parse
 
 RELEASE = "gs-incluster"
 RELEASE_NAMESPACE = "gymsandbox-incluster"
@@ -43,8 +46,7 @@ def image(cluster: Cluster, real_node: str) -> str:
     """The project's image where the cluster's nodes have it: built and loaded into the local real node, or
     GYMSANDBOX_TEST_IMAGE on another cluster (an image its nodes can pull or already hold)."""
     if cluster.local:
-        paths = cluster_script.Paths(cluster_script.STATE_DIR)
-        return str(node_script.load_images(paths, "gymsandbox")["gymsandbox"])
+        return str(load_images(cluster_paths(), "gymsandbox")["gymsandbox"])
     if not os.environ.get("GYMSANDBOX_TEST_IMAGE"):
         pytest.skip(
             "KUBECONFIG's cluster: set GYMSANDBOX_TEST_IMAGE to the project's image its nodes can pull"
@@ -55,7 +57,7 @@ def image(cluster: Cluster, real_node: str) -> str:
 def release_values(image: str, watched: str) -> dict[str, object]:
     """The suite's policy, watching only `watched`, both Deployments pinned to the real node."""
     repository, tag = image.rsplit(":", 1)
-    taint = node_script.REAL_NODE_LABEL
+    taint = REAL_NODE_LABEL
     placement = {
         "nodeSelector": {taint: "true"},
         "tolerations": [{"key": taint, "operator": "Equal", "value": "true", "effect": "NoSchedule"}],
@@ -76,8 +78,7 @@ def release(
 ) -> Iterator[str]:
     values = tmp_path_factory.mktemp("incluster") / "values.yaml"
     values.write_text(yaml.safe_dump(release_values(image, namespace)))
-    install = helm(
-        cluster,
+    install = cluster.helm(
         "upgrade", "--install", RELEASE, str(CHART), "--namespace", RELEASE_NAMESPACE, "--create-namespace",
         "--values", str(values), "--wait", "--timeout", "150s",
     )  # fmt: skip
@@ -85,7 +86,7 @@ def release(
         assert install.returncode == 0, f"helm install failed:\n{install.stdout}\n{install.stderr}"
         yield RELEASE
     finally:
-        helm(cluster, "uninstall", RELEASE, "--namespace", RELEASE_NAMESPACE, "--wait", "--timeout", "120s")
+        cluster.helm("uninstall", RELEASE, "--namespace", RELEASE_NAMESPACE, "--wait", "--timeout", "120s")
         cluster.kubectl_run("delete", "namespace", RELEASE_NAMESPACE, "--ignore-not-found", "--wait=false")
 
 

@@ -12,32 +12,33 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from hack.localcluster.nodeconfig import API_PROXY_IP, API_PROXY_PORT, NODE_IP
 from kubernetes import client
-from tests.cluster_fixtures import Cluster, OperatorProcess
-from tests.integration.episodes import Episodes, episode
-from tests.integration.gymhosts import apply, eventually
 from tests.node.conftest import (
     SHELL_IMAGE,
     exec_in,
     module_host,
     module_namespace,
     node_host,
-    node_script,
     shell_pod,
     wait_pod_ready,
 )
 from tests.node.servers import BODY, RESOLVER_ANSWER, RESOLVER_NAME, Servers, started_servers
+from tests.support.cluster import Cluster
+from tests.support.episodes import Episodes, episode
+from tests.support.gymhosts import apply, eventually
+from tests.support.processes import OperatorProcess
 
 API_SERVICE = "10.0.0.1:443"
-API_PROXY = f"{node_script.API_PROXY_IP}:{node_script.API_PROXY_PORT}"
-KUBELET = f"{node_script.NODE_IP}:10250"
+API_PROXY = f"{API_PROXY_IP}:{API_PROXY_PORT}"
+KUBELET = f"{NODE_IP}:10250"
 CONNECT_SECONDS = 2
 REACH_SECONDS = 20
 
 
 @pytest.fixture(scope="module")
 def servers(real_node: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
-    with started_servers(node_script, tmp_path_factory.mktemp("servers")) as running:
+    with started_servers(tmp_path_factory.mktemp("servers")) as running:
         yield running
 
 

@@ -7,12 +7,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hack.localcluster.nodeconfig import REAL_NODE_LABEL
 from kubernetes import client
-from tests.cluster_fixtures import Cluster, OperatorProcess
-from tests.integration.episodes import Episodes, episode
-from tests.integration.gymhosts import Hosts, apply, eventually, host_wait_seconds
-from tests.node.conftest import SHELL_IMAGE, Volume, node_host, node_script
-from tests.scrape import scrape
+from tests.node.conftest import SHELL_IMAGE, Volume, node_host
+from tests.support.cluster import Cluster
+from tests.support.episodes import Episodes, episode
+from tests.support.gymhosts import Hosts, apply, eventually, host_wait_seconds
+from tests.support.processes import OperatorProcess
+from tests.support.scrape import scrape
 
 HANDLERLESS = "gs-handlerless"  # the RuntimeClass of the `handlerless` test profile
 
@@ -77,7 +79,7 @@ def test_image_that_is_not_on_the_node_reports_the_pull_failure(
 def handlerless_runtime_class(api_client: client.ApiClient) -> Iterator[str]:
     """A RuntimeClass that schedules onto the real node, whose handler containerd there does not have."""
     node_api = client.NodeV1Api(api_client)
-    taint = node_script.REAL_NODE_LABEL
+    taint = REAL_NODE_LABEL
     body = {
         "apiVersion": "node.k8s.io/v1",
         "kind": "RuntimeClass",

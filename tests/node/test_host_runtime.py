@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client
-from tests.cluster_fixtures import Cluster, OperatorProcess
-from tests.integration.gymhosts import Hosts, apply, eventually, read_token
 from tests.node.conftest import HEALTH_BODY, Volume, exec_in, make_volume, module_namespace, node_host
+from tests.support.cluster import Cluster
+from tests.support.gymhosts import Hosts, apply, eventually, read_token
+from tests.support.processes import OperatorProcess
 
 from gymsandbox.api.names import GROUP, VERSION
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hack.localcluster import hoststate
+from hack.localcluster import node as local_node
+from hack.localcluster.paths import cluster_paths
 from kubernetes import client
-from tests import hack_scripts
-from tests.cluster_fixtures import Cluster, cluster_script
-from tests.integration.gymhosts import apply
-from tests.node.conftest import node_script, shell_pod, wait_pod_ready
-
-hoststate = hack_scripts.load("hoststate")
+from tests.node.conftest import shell_pod, wait_pod_ready
+from tests.support.cluster import Cluster
+from tests.support.gymhosts import apply
 
 
 def busy_pod(name: str, runtime: str) -> dict[str, Any]:
@@ -27,11 +27,11 @@ def test_node_down_leaves_the_host_as_it_found_it(
 ) -> None:
     if not cluster.local:
         pytest.skip("only the local node is this suite's to stop and start")
-    paths = cluster_script.Paths(cluster_script.STATE_DIR)  # type: ignore[attr-defined]
-    node_script.down(paths)
+    paths = cluster_paths()
+    local_node.down(paths)
     before = hoststate.snapshot()
     try:
-        assert node_script.up(paths)
+        assert local_node.up(paths)
         # Work that leaves traces while it runs: pods under each runtime, with volumes and networking.
         for runtime in ("crun", "gvisor", "runc"):
             apply(cluster, namespace, busy_pod(f"busy-{runtime}", runtime))
@@ -39,9 +39,9 @@ def test_node_down_leaves_the_host_as_it_found_it(
             wait_pod_ready(core, namespace, f"busy-{runtime}")
         during = hoststate.snapshot()
         assert hoststate.differences(before, during), "the node changed nothing: the snapshot sees nothing"
-        node_script.down(paths)
+        local_node.down(paths)
         after = hoststate.snapshot()
     finally:
-        if not node_script.running(paths):
-            node_script.up(paths)  # the tier after this test gets its node back
+        if not local_node.running(paths):
+            local_node.up(paths)  # the tier after this test gets its node back
     assert hoststate.differences(before, after) == {}

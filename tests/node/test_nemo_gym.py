@@ -18,10 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hack.localcluster.paths import ROOT
 from kubernetes import client
-from tests.cluster_fixtures import ROOT, BrokerProcess, Cluster, OperatorProcess
-from tests.integration.gymhosts import read_token
 from tests.node.conftest import SHELL_IMAGE, module_host, node_host
+from tests.support.cluster import Cluster
+from tests.support.gymhosts import read_token
+from tests.support.processes import BrokerProcess, OperatorProcess
 
 HOST = "nemo-gym"
 DRIVER = Path(__file__).with_name("nemo_gym_driver.py")

@@ -12,14 +12,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hack import sample as hack_sample
+from hack.localcluster.paths import cluster_paths
 from kubernetes import client
-from tests.cluster_fixtures import Cluster, cluster_script
-from tests.hack_scripts import load
-from tests.integration.gymhosts import read_token
+from tests.support.cluster import Cluster
+from tests.support.gymhosts import read_token
 
 from gymsandbox.leases.keys import SIGNING_KEY_SECRET
 
-sample_script: Any = load("sample")
 WRONG = "def add(a, b):\n    return a - b\n"
 ROTATION_SECONDS = (
     240  # the operator re-signs at its next resync; the kubelet then refreshes the mounted file
@@ -31,8 +31,8 @@ def sample(cluster: Cluster, real_node: str, tmp_path_factory: pytest.TempPathFa
     if not cluster.local:
         pytest.skip("hack/sample.py deploys to the local cluster (its images are loaded into the real node)")
     suffix = tmp_path_factory.getbasetemp().name[-6:].lower().replace("_", "-")
-    deployed = sample_script.Sample(
-        cluster_script.Paths(cluster_script.STATE_DIR),
+    deployed = hack_sample.Sample(
+        cluster_paths(),
         release=f"gs-sample-{suffix}",
         release_namespace=f"gymsandbox-sample-{suffix}",
         namespace=f"sample-{suffix}",  # outside the session operator's `t-*`: only this release's watches it
@@ -40,22 +40,22 @@ def sample(cluster: Cluster, real_node: str, tmp_path_factory: pytest.TempPathFa
     try:
         yield deployed
     finally:
-        sample_script.down(deployed)
+        hack_sample.down(deployed)
 
 
 @pytest.fixture(scope="module")
 def host_pod(sample: Any) -> str:
-    return str(sample_script.up(sample))
+    return str(hack_sample.up(sample))
 
 
 def test_a_rollout_is_scored_in_a_sandbox_the_host_opened_through_nemo_gym(
     sample: Any, host_pod: str
 ) -> None:
-    passed = sample_script.rollout(sample, host_pod)
+    passed = hack_sample.rollout(sample, host_pod)
     assert (passed["status"], passed["reward"], passed["return_code"]) == (200, 1.0, 0), passed
     assert passed["error_type"] is None
     assert passed["report"] == "3/3 passed"  # the file the tests wrote, downloaded from the sandbox
-    failed = sample_script.rollout(sample, host_pod, WRONG)
+    failed = hack_sample.rollout(sample, host_pod, WRONG)
     assert (failed["reward"], failed["return_code"], failed["report"]) == (0.0, 1, "0/3 passed"), failed
 
 
@@ -63,7 +63,7 @@ def test_a_rotated_signing_key_is_followed_without_restarting_the_host(
     sample: Any, host_pod: str, core: client.CoreV1Api
 ) -> None:
     before = core.read_namespaced_pod(host_pod, sample.namespace)
-    lease = f"{sample_script.gym_host({})['metadata']['name']}-lease"
+    lease = f"{hack_sample.gym_host({})['metadata']['name']}-lease"
     old_token = read_token(core, sample.namespace, lease)
     core.delete_namespaced_secret(SIGNING_KEY_SECRET, sample.release_namespace)
     sample.kubectl(
@@ -73,7 +73,7 @@ def test_a_rotated_signing_key_is_followed_without_restarting_the_host(
     sample.kubectl("rollout", "status", "-n", sample.release_namespace, f"deploy/{sample.release}-broker")
     deadline, answers = time.monotonic() + ROTATION_SECONDS, []
     while True:
-        answer = sample_script.rollout(sample, host_pod)  # a 503 names why no sandbox ran it
+        answer = hack_sample.rollout(sample, host_pod)  # a 503 names why no sandbox ran it
         answers.append(answer)
         if answer.get("reward") == 1.0:
             break

@@ -15,9 +15,10 @@ from kubernetes import client
 
 from gymsandbox.api.names import GROUP, LABEL_EPISODE, VERSION
 from gymsandbox.desired.labels import SANDBOX_CHILDREN
-from tests.cluster_fixtures import Cluster, OperatorProcess
-from tests.integration.episodes import Episodes, episode
-from tests.integration.gymhosts import Hosts, apply, eventually, sample, set_path
+from tests.support.cluster import Cluster
+from tests.support.episodes import Episodes, episode
+from tests.support.gymhosts import Hosts, apply, eventually, sample, set_path
+from tests.support.processes import OperatorProcess
 
 pytestmark = pytest.mark.integration
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import httpx
+from hack.localcluster.kwok import enable_exec
+from hack.localcluster.paths import cluster_paths
 from kubernetes import client
 
-from tests.cluster_fixtures import Cluster, cluster_script
-from tests.integration.episodes import EPISODE_IMAGE, Episodes
-from tests.integration.gymhosts import Hosts, apply, read_token, sample
+from tests.support.cluster import Cluster
+from tests.support.episodes import EPISODE_IMAGE, Episodes
+from tests.support.gymhosts import Hosts, apply, read_token, sample
 
 
 def bearer(token: str) -> dict[str, str]:
@@ -24,8 +26,8 @@ def ready_episode(http: httpx.Client, token: str, episodes: Episodes, *, kwok_ex
     episode_id = str(created.json()["id"])
     episodes.wait_ready(episode_id)
     if kwok_exec:
-        paths = cluster_script.Paths(cluster_script.STATE_DIR)  # type: ignore[attr-defined]
-        cluster_script.enable_exec(paths, episodes.namespace, f"{episode_id}-sandbox", served=True)  # type: ignore[attr-defined]
+        paths = cluster_paths()
+        enable_exec(paths, episodes.namespace, f"{episode_id}-sandbox", served=True)
     return episode_id
 
 

@@ -16,8 +16,8 @@ import pytest
 from kubernetes import client
 
 from gymsandbox.api.names import GROUP
-from tests.cluster_fixtures import BrokerProcess
 from tests.node.conftest import real_node  # noqa: F401 - attacks needing real containers
+from tests.support.processes import BrokerProcess
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

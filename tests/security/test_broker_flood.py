@@ -14,11 +14,12 @@ import pytest
 from kubernetes import client
 
 from gymsandbox.broker.service import BrokerSettings
-from tests.cluster_fixtures import Cluster, OperatorProcess
-from tests.integration.episodes import Episodes
-from tests.integration.gymhosts import Hosts
 from tests.security.broker_calls import bearer, other_host_token, ready_episode
 from tests.security.conftest import FLOOD
+from tests.support.cluster import Cluster
+from tests.support.episodes import Episodes
+from tests.support.gymhosts import Hosts
+from tests.support.processes import OperatorProcess
 
 pytestmark = pytest.mark.integration
 

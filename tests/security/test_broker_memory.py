@@ -15,11 +15,12 @@ import pytest
 from kubernetes import client
 
 from gymsandbox.broker.service import TRANSFER_ERROR_BYTES, BrokerSettings
-from tests.cluster_fixtures import BrokerProcess, Cluster, OperatorProcess
-from tests.integration.episodes import Episodes
-from tests.integration.gymhosts import Hosts, eventually
-from tests.scrape import scrape
 from tests.security.broker_calls import bearer, other_host_token, ready_episode
+from tests.support.cluster import Cluster
+from tests.support.episodes import Episodes
+from tests.support.gymhosts import Hosts, eventually
+from tests.support.processes import BrokerProcess, OperatorProcess
+from tests.support.scrape import scrape
 
 pytestmark = pytest.mark.integration
 

@@ -9,13 +9,14 @@ import time
 
 import httpx
 import pytest
+from hack.localcluster.paths import cluster_paths
 from kubernetes import client
 
 from gymsandbox.api.names import GROUP, VERSION
 from gymsandbox.broker.recent import KEEP_SECONDS
-from tests.cluster_fixtures import Cluster, cluster_script
-from tests.integration.episodes import Episodes
 from tests.security.broker_calls import bearer, ready_episode
+from tests.support.cluster import Cluster
+from tests.support.episodes import Episodes
 
 pytestmark = pytest.mark.integration
 
@@ -30,7 +31,7 @@ def test_exec_goes_only_into_the_episodes_own_pod_whatever_its_status_says(
     episodes = Episodes(api_client, namespace)
     attacker = ready_episode(http, host_token, episodes, kwok_exec=True)
     victim = ready_episode(http, host_token, episodes, kwok_exec=True)
-    exec_root = cluster_script.Paths(cluster_script.STATE_DIR).exec / namespace  # type: ignore[attr-defined]
+    exec_root = cluster_paths().exec / namespace
     workdirs = {name: exec_root / f"{name}-sandbox" for name in (attacker, victim)}
     # The attacker's status now names the victim's pod (as a compromised status writer would set it). The
     # operator repairs such a status from the pod it observes, so a call may land after the repair: then the

@@ -14,9 +14,10 @@ from kubernetes import client
 
 from gymsandbox.api.names import GROUP, VERSION
 from gymsandbox.policy.cluster import USABLE_BY_LABEL
-from tests.cluster_fixtures import Cluster, OperatorProcess
-from tests.integration.episodes import Episodes, episode
-from tests.integration.gymhosts import Hosts, apply, eventually, ready_host, sample
+from tests.support.cluster import Cluster
+from tests.support.episodes import Episodes, episode
+from tests.support.gymhosts import Hosts, apply, eventually, ready_host, sample
+from tests.support.processes import OperatorProcess
 
 pytestmark = pytest.mark.integration
 

@@ -14,9 +14,10 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from gymsandbox.api.names import GROUP, VERSION
-from tests.cluster_fixtures import Cluster, OperatorProcess
-from tests.integration.episodes import Episodes, episode
-from tests.integration.gymhosts import Hosts, eventually, ready_host
+from tests.support.cluster import Cluster
+from tests.support.episodes import Episodes, episode
+from tests.support.gymhosts import Hosts, eventually, ready_host
+from tests.support.processes import OperatorProcess
 
 pytestmark = pytest.mark.integration
 

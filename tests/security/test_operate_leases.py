@@ -8,8 +8,8 @@ import pytest
 from kubernetes import client
 
 from gymsandbox.broker.service import MAX_OPERATE_LEASES
-from tests.integration.episodes import Episodes
 from tests.security.broker_calls import bearer, ready_episode
+from tests.support.episodes import Episodes
 
 pytestmark = pytest.mark.integration
 

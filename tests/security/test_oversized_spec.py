@@ -11,8 +11,9 @@ import pytest
 from kubernetes import client
 
 from gymsandbox.api.names import GROUP, VERSION
-from tests.cluster_fixtures import Cluster, OperatorProcess
-from tests.integration.gymhosts import Hosts, apply, sample
+from tests.support.cluster import Cluster
+from tests.support.gymhosts import Hosts, apply, sample
+from tests.support.processes import OperatorProcess
 
 pytestmark = pytest.mark.integration
 

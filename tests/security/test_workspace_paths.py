@@ -15,9 +15,6 @@ import httpx
 import pytest
 from kubernetes import client
 
-from tests.cluster_fixtures import Cluster, OperatorProcess
-from tests.integration.episodes import Episodes
-from tests.integration.gymhosts import Hosts, apply, read_token, sample
 from tests.node.conftest import (
     ENVIRONMENT,
     HEALTH_BODY,
@@ -29,6 +26,10 @@ from tests.node.conftest import (
 )
 from tests.security.broker_calls import bearer
 from tests.security.test_host_references import create_as
+from tests.support.cluster import Cluster
+from tests.support.episodes import Episodes
+from tests.support.gymhosts import Hosts, apply, read_token, sample
+from tests.support.processes import OperatorProcess
 
 pytestmark = pytest.mark.integration
 

@@ -14,6 +14,7 @@ from gymsandbox.api.conditions import Reason
 from gymsandbox.api.gymhost import GymHostSpec
 from gymsandbox.policy.admission import Refusal, admit_gymhost, host_ttl_seconds
 from gymsandbox.policy.cluster import ClusterPolicy, load_policy
+from tests.unit.conftest import PLAIN_HOST, changed
 
 EXAMPLE_POLICY = Path(__file__).resolve().parents[2] / "examples" / "policy.yaml"
 
@@ -38,25 +39,13 @@ POLICY = ClusterPolicy.model_validate(
 def manifest(**changes: Any) -> dict[str, Any]:
     """A spec admitted by POLICY, with dotted-path changes such as `**{"lifetime.ttlSeconds": 60}`."""
     spec: dict[str, Any] = {
-        "image": "registry.example.com/gym/chess:1.0",
-        "runtime": "kata",
-        "storage": {
-            "claimName": "gym-data",
-            "environment": {"subPath": "envs/chess", "mountPath": "/env"},
-            "workspace": {"mountPath": "/workspace"},
-        },
+        **PLAIN_HOST,
         "resources": {"cpu": "2", "memory": "4Gi", "ephemeralStorage": "5Gi"},
         "lifetime": {"ttlSeconds": 3600},
         "episodes": {"maxConcurrent": 4, "maxTTLSeconds": 1800, "defaultTTLSeconds": 600},
         "egress": {"allow": ["api.example.com:443"], "modelEndpoints": ["https://models.example.com/v1"]},
     }
-    for path, value in changes.items():
-        *parents, leaf = path.split(".")
-        node = spec
-        for key in parents:
-            node = node.setdefault(key, {})
-        node[leaf] = value
-    return spec
+    return changed(spec, **changes)
 
 
 def spec(**changes: Any) -> GymHostSpec:

@@ -24,26 +24,17 @@ from gymsandbox.desired.owner import TEMPLATE_HASH_ANNOTATION, Owner, template_h
 from gymsandbox.desired.pod import EpisodeHost, episode_pod
 from gymsandbox.policy.cluster import ClusterPolicy, RuntimeProfile, load_policy
 from gymsandbox.policy.egress import ResolvedTarget
+from tests.unit.conftest import EPISODE_IMAGE, SAMPLE_HOST, SMALL_HOST
 
 EXAMPLE_POLICY = Path(__file__).resolve().parents[2] / "examples" / "policy.yaml"
 OWNER = Owner(kind="EpisodeSandbox", name="ep-0001", namespace="evals", uid="uid-ep-1")
 
 HOST_SPEC = GymHostSpec.model_validate(
     {
-        "image": "registry.example.com/gym/swe-env:1.4.2",
-        "runtime": "kata",
-        "storage": {
-            "claimName": "gym-storage",
-            "environment": {"subPath": "environments/swe-env-1.4.2", "mountPath": "/env"},
-            "workspace": {"mountPath": "/workspace"},
-        },
-        "egress": {"allow": ["203.0.113.0/24:443"], "modelEndpoints": ["https://models.example.com/v1"]},
+        **SMALL_HOST,
+        "egress": SAMPLE_HOST["egress"],
         "envFrom": [{"secretRef": {"name": "openai-credentials"}}],
-        "episodes": {
-            "images": ["registry.example.com/episodes/python-sandbox:3.12"],
-            "defaultTTLSeconds": 600,
-            "maxTTLSeconds": 1800,
-        },
+        "episodes": {"images": [EPISODE_IMAGE], "defaultTTLSeconds": 600, "maxTTLSeconds": 1800},
     }
 )
 HOST = EpisodeHost("uid-host-1", HOST_SPEC)

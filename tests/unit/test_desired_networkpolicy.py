@@ -11,13 +11,12 @@ from gymsandbox.api.gymhost import GymHostSpec
 from gymsandbox.desired.labels import child_labels
 from gymsandbox.desired.names import child_name
 from gymsandbox.desired.networkpolicy import egress_policy, egress_policy_name, egress_rules
-from gymsandbox.desired.owner import Owner
 from gymsandbox.desired.service import host_service
 from gymsandbox.policy.cluster import ClusterPolicy, load_policy
 from gymsandbox.policy.egress import ResolvedTarget
+from tests.unit.conftest import OWNER, SMALL_HOST
 
 EXAMPLE_POLICY = Path(__file__).resolve().parents[2] / "examples" / "policy.yaml"
-OWNER = Owner(kind="GymHost", name="swe-gym-run-1", namespace="evals", uid="uid-1")
 CUSTOM_POLICY = ClusterPolicy.model_validate(
     {
         "dns": {"namespace": "dns-system", "podSelector": {"app": "coredns", "tier": "dns"}},
@@ -131,17 +130,7 @@ def test_target_rule_allows_its_cidrs_on_its_tcp_port(example_policy: ClusterPol
 
 
 def test_policy_pod_selector_equals_the_service_selector(example_policy: ClusterPolicy) -> None:
-    spec = GymHostSpec.model_validate(
-        {
-            "image": "registry.example.com/gym/swe-env:1.4.2",
-            "runtime": "kata",
-            "storage": {
-                "claimName": "gym-storage",
-                "environment": {"subPath": "env", "mountPath": "/env"},
-                "workspace": {"mountPath": "/workspace"},
-            },
-        }
-    )
+    spec = GymHostSpec.model_validate(SMALL_HOST)
     service_selector = spec_of(host_service(OWNER, spec))["selector"]
     assert spec_of(egress_policy(OWNER, egress_rules(example_policy, TARGETS)))["podSelector"] == {
         "matchLabels": service_selector

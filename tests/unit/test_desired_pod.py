@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 from typing import Any
 
@@ -18,50 +17,34 @@ from gymsandbox.api.names import (
 )
 from gymsandbox.desired.labels import child_labels
 from gymsandbox.desired.names import child_name
-from gymsandbox.desired.owner import TEMPLATE_HASH_ANNOTATION, Owner
+from gymsandbox.desired.owner import TEMPLATE_HASH_ANNOTATION
 from gymsandbox.desired.pod import host_pod
 from gymsandbox.policy.cluster import ClusterPolicy, load_policy
+from tests.support.gymhosts import DELETE
+from tests.unit.conftest import OWNER, SAMPLE_HOST, changed
 
 EXAMPLE_POLICY = Path(__file__).resolve().parents[2] / "examples" / "policy.yaml"
-OWNER = Owner(kind="GymHost", name="swe-gym-run-1", namespace="evals", uid="uid-1")
 SECRET_NAME = "swe-gym-run-1-lease"
 
-BASE_SPEC: dict[str, Any] = {
-    "image": "registry.example.com/gym/swe-env:1.4.2",
-    "runtime": "kata",
-    "port": 8080,
-    "readinessPath": "/health",
-    "storage": {
-        "claimName": "gym-storage",
-        "environment": {"subPath": "environments/swe-env-1.4.2", "mountPath": "/env"},
-        "workspace": {"mountPath": "/workspace"},
-        "dataset": {"claimName": "datasets", "subPath": "swe-bench/verified", "mountPath": "/data"},
+# The sample host with a dataset, a second variable, two envFrom sources and no episode images.
+BASE_SPEC: dict[str, Any] = changed(
+    SAMPLE_HOST,
+    **{
+        "storage.dataset": {"claimName": "datasets", "subPath": "swe-bench/verified", "mountPath": "/data"},
+        "env": [{"name": "GYM_TASK_SET", "value": "verified-50"}, {"name": "LOG_LEVEL", "value": "debug"}],
+        "envFrom": [
+            {"secretRef": {"name": "openai-credentials"}, "prefix": "OPENAI_"},
+            {"secretRef": {"name": "hf-credentials"}},
+        ],
+        "episodes.images": DELETE,
     },
-    "egress": {"allow": ["203.0.113.0/24:443"], "modelEndpoints": ["https://models.example.com/v1"]},
-    "env": [{"name": "GYM_TASK_SET", "value": "verified-50"}, {"name": "LOG_LEVEL", "value": "debug"}],
-    "envFrom": [
-        {"secretRef": {"name": "openai-credentials"}, "prefix": "OPENAI_"},
-        {"secretRef": {"name": "hf-credentials"}},
-    ],
-    "resources": {"cpu": "2", "memory": "4Gi", "ephemeralStorage": "10Gi"},
-    "lifetime": {"ttlSeconds": 7200, "expiryPolicy": "Delete"},
-    "episodes": {"maxConcurrent": 8, "defaultTTLSeconds": 600, "maxTTLSeconds": 1800},
-}
+)
 
 
 def make_spec(**changes: Any) -> GymHostSpec:
     """BASE_SPEC with dotted-path changes such as `**{"resources.gpu": 1}`; None deletes the key."""
-    spec = copy.deepcopy(BASE_SPEC)
-    for path, value in changes.items():
-        *parents, leaf = path.split(".")
-        node = spec
-        for key in parents:
-            node = node.setdefault(key, {})
-        if value is None:
-            node.pop(leaf, None)
-        else:
-            node[leaf] = value
-    return GymHostSpec.model_validate(spec)
+    deletions = {path: DELETE if value is None else value for path, value in changes.items()}
+    return GymHostSpec.model_validate(changed(BASE_SPEC, **deletions))
 
 
 @pytest.fixture(scope="module")

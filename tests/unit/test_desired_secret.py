@@ -7,10 +7,9 @@ import base64
 from gymsandbox.api.names import LEASE_TOKEN_KEY
 from gymsandbox.desired.labels import child_labels
 from gymsandbox.desired.names import child_name
-from gymsandbox.desired.owner import Owner
 from gymsandbox.desired.secret import lease_secret, lease_secret_name
+from tests.unit.conftest import OWNER
 
-OWNER = Owner(kind="GymHost", name="swe-gym-run-1", namespace="evals", uid="uid-1")
 TOKEN = "gs1.payload.signature"
 
 

@@ -9,24 +9,12 @@ import pytest
 from gymsandbox.api.gymhost import GymHostSpec
 from gymsandbox.desired.labels import child_labels, selector
 from gymsandbox.desired.names import child_name
-from gymsandbox.desired.owner import Owner
 from gymsandbox.desired.service import host_endpoint, host_service, host_service_name
-
-OWNER = Owner(kind="GymHost", name="swe-gym-run-1", namespace="evals", uid="uid-1")
+from tests.unit.conftest import OWNER, SMALL_HOST
 
 
 def make_spec(**changes: Any) -> GymHostSpec:
-    spec: dict[str, Any] = {
-        "image": "registry.example.com/gym/swe-env:1.4.2",
-        "runtime": "kata",
-        "storage": {
-            "claimName": "gym-storage",
-            "environment": {"subPath": "environments/swe-env", "mountPath": "/env"},
-            "workspace": {"mountPath": "/workspace"},
-        },
-        **changes,
-    }
-    return GymHostSpec.model_validate(spec)
+    return GymHostSpec.model_validate({**SMALL_HOST, **changes})
 
 
 def test_service_name_is_the_owner_child_name() -> None:

@@ -22,32 +22,11 @@ from gymsandbox.policy.episodes import (
     episode_runtime,
     episode_ttl_seconds,
 )
+from tests.unit.conftest import EPISODE_IMAGE, SAMPLE_HOST
 
 EXAMPLE_POLICY = Path(__file__).resolve().parents[2] / "examples" / "policy.yaml"
-EPISODE_IMAGE = "registry.example.com/episodes/python-sandbox:3.12"
-
-# examples/gymhost.yaml, with the workspace sub-path shortened for the prefix cases below.
-HOST: dict[str, Any] = {
-    "image": "registry.example.com/gym/swe-env:1.4.2",
-    "runtime": "kata",
-    "port": 8080,
-    "readinessPath": "/health",
-    "storage": {
-        "claimName": "gym-storage",
-        "environment": {"subPath": "environments/swe-env-1.4.2", "mountPath": "/env"},
-        "workspace": {"mountPath": "/workspace"},
-    },
-    "egress": {"allow": ["203.0.113.0/24:443"], "modelEndpoints": ["https://models.example.com/v1"]},
-    "env": [{"name": "GYM_TASK_SET", "value": "verified-50"}],
-    "resources": {"cpu": "2", "memory": "4Gi", "ephemeralStorage": "10Gi"},
-    "lifetime": {"ttlSeconds": 7200, "expiryPolicy": "Delete"},
-    "episodes": {
-        "maxConcurrent": 8,
-        "images": [EPISODE_IMAGE],
-        "defaultTTLSeconds": 600,
-        "maxTTLSeconds": 1800,
-    },
-}
+# examples/gymhost.yaml.
+HOST: dict[str, Any] = SAMPLE_HOST
 EPISODE: dict[str, Any] = {
     "hostRef": {"name": "swe-gym-run-1"},
     "rolloutId": "rollout-0001",

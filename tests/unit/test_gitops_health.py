@@ -15,7 +15,7 @@ from gymsandbox.status.conditions import ConditionState, merge_conditions
 from gymsandbox.status.episode import EpisodeObservation, compute_episode_conditions
 from gymsandbox.status.gymhost import HostObservation, compute_host_conditions
 from gymsandbox.status.pod import PodFailure
-from tests.gitops_health import ROOT, SCRIPT, Health, assess
+from tests.support.gitops_health import ROOT, SCRIPT, Health, assess
 
 GUIDE = ROOT / "docs" / "gitops.md"
 KEYS = {

@@ -9,31 +9,18 @@ import pytest
 from pydantic import ValidationError
 
 from gymsandbox.api.gymhost import GymHostSpec
+from tests.unit.conftest import PLAIN_HOST, changed
 
 DIGEST = "sha256:" + "a" * 64
 
 
 def valid_spec() -> dict[str, Any]:
-    return {
-        "image": "registry.example.com/gym/chess:1.0",
-        "runtime": "kata",
-        "storage": {
-            "claimName": "gym-data",
-            "environment": {"subPath": "envs/chess", "mountPath": "/env"},
-            "workspace": {"mountPath": "/workspace"},
-        },
-    }
+    return copy.deepcopy(PLAIN_HOST)
 
 
 def spec_with(path: str, value: Any) -> dict[str, Any]:
     """valid_spec() with the value at a dotted path replaced (missing objects on the way are created)."""
-    spec = copy.deepcopy(valid_spec())
-    *parents, leaf = path.split(".")
-    node = spec
-    for key in parents:
-        node = node.setdefault(key, {})
-    node[leaf] = value
-    return spec
+    return changed(PLAIN_HOST, **{path: value})
 
 
 def refusal(spec: dict[str, Any]) -> list[tuple[tuple[str | int, ...], str]]:

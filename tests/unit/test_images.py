@@ -1,4 +1,5 @@
-"""hack/images.py without a container engine: the deterministic layer writer and the OCI archive it writes.
+"""hack/localcluster/images.py without a container engine: the deterministic layer writer and the OCI archive
+it writes.
 
 The archives go to containerd (`ctr images import`), which checks every digest and size; these tests hold
 the same facts on tiny images built from temporary trees, and that equal inputs give equal bytes.
@@ -12,21 +13,16 @@ import io
 import json
 import os
 import stat
-import sys
 import tarfile
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-from tests import hack_scripts
+from hack.localcluster import images
 
 ROOT = Path(__file__).resolve().parents[2]
 REF = "localhost/gymsandbox/tiny:1"
 CONFIG = {"Entrypoint": ["/bin/tool"], "User": "65532:65532", "Env": ["PATH=/bin"]}
-
-
-images = hack_scripts.load("images")
 
 
 def make_tree(root: Path, mtime: int = 1_700_000_000) -> Path:
@@ -199,12 +195,9 @@ def test_an_archive_that_exists_is_a_cache_hit(tmp_path: Path) -> None:
     assert out.read_bytes() == b"already built"
 
 
-def test_coredns_requested_without_its_binary_is_a_usage_error(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    monkeypatch.setattr(sys, "argv", ["images.py", "build", "coredns"])
+def test_coredns_requested_without_its_binary_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
-        images.main()
+        images.main(["build", "coredns"])
     assert exit_info.value.code == 2
     assert "coredns needs --coredns-binary PATH" in capsys.readouterr().err
 

@@ -1,6 +1,6 @@
-#!/usr/bin/env python3
-"""hoststate.py [snapshot FILE | compare BEFORE AFTER]: the host state the real node must leave as it
-found it.
+"""The host state the real node must leave as it found it.
+
+    python -m hack.localcluster hoststate [snapshot FILE | compare BEFORE AFTER]
 
 Firewall rules and chain policies (nftables and the iptables views), links, addresses, routes and policy
 rules,
@@ -128,17 +128,14 @@ def differences(before: dict[str, list[str]], after: dict[str, list[str]]) -> di
     return found
 
 
-def main() -> int:
-    if len(sys.argv) == 3 and sys.argv[1] == "snapshot":
-        Path(sys.argv[2]).write_text(json.dumps(snapshot(), indent=1))
+def main(argv: list[str]) -> int:
+    """`python -m hack.localcluster hoststate ARGV...`."""
+    if len(argv) == 2 and argv[0] == "snapshot":
+        Path(argv[1]).write_text(json.dumps(snapshot(), indent=1))
         return 0
-    if len(sys.argv) == 4 and sys.argv[1] == "compare":
-        found = differences(*(json.loads(Path(p).read_text()) for p in sys.argv[2:]))
+    if len(argv) == 3 and argv[0] == "compare":
+        found = differences(*(json.loads(Path(p).read_text()) for p in argv[1:]))
         print(json.dumps(found, indent=1) if found else "the host is as it was")
         return 1 if found else 0
     print(__doc__, file=sys.stderr)
     return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

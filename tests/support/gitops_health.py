@@ -12,7 +12,7 @@ from typing import Any
 
 import lupa.lua51  # type: ignore[import-untyped]
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "docs" / "gitops" / "gymsandbox-health.lua"
 # Everything a LuaRuntime opens beyond the base library, and lupa's own bridge to Python.
 CLOSED = ("coroutine", "debug", "io", "math", "os", "package", "string", "table", "require", "python")

@@ -8,19 +8,16 @@ import json
 import os
 import time
 from collections.abc import Callable, Mapping
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import yaml
+from hack.localcluster.paths import ROOT
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from gymsandbox.api.names import GROUP, VERSION
+from tests.support.cluster import Cluster
 
-if TYPE_CHECKING:
-    from tests.cluster_fixtures import Cluster
-
-ROOT = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
 
 

@@ -8,7 +8,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from gymsandbox.api.names import GROUP, VERSION
-from tests.integration.gymhosts import eventually
+from tests.support.gymhosts import eventually
 
 EPISODE_IMAGE = "registry.example.com/episodes/python-sandbox:3.12"
 

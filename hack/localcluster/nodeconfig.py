@@ -1,7 +1,7 @@
-"""The real node's settings and configuration files (hack/node.py starts the processes that read them).
+"""The real node's settings and configuration files (node.py starts the processes that read them).
 
 Pure: names, addresses and the text of each file, from the paths and binaries they refer to. Standard library
-only, like the rest of hack/.
+only, like the rest of hack/localcluster/.
 """
 
 from __future__ import annotations
@@ -9,15 +9,12 @@ from __future__ import annotations
 import json
 import shutil
 import string
-import sys
 import textwrap
-from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import cluster  # hack/ is not a package; cluster.py is its sibling
+from hack.localcluster.paths import HACK, NodePaths, Paths
+from hack.localcluster.processes import free_port
 
-HACK = Path(__file__).resolve().parent
 NODE_NAME = "gs-node-0"
 # Every interface of the node's networks starts with this, so one guard rule covers those the tests add.
 IFACE_PREFIX = "gs"
@@ -30,7 +27,7 @@ API_NETNS = "gs-api"
 API_HOST_IFACE, API_NS_IFACE = "gsapi-h", "gsapi-n"
 API_HOST_IP, API_PROXY_IP, API_PROXY_PORT = "10.89.2.1", "10.89.2.2", 6443
 CLUSTER_DNS_IP = "10.0.0.10"
-# Images hack/images.py builds and `up` loads into the node's containerd (no registry, no pulls).
+# Images images.py builds and `up` loads into the node's containerd (no registry, no pulls).
 PAUSE_IMAGE = "localhost/gymsandbox/pause:3.10"
 SHELL_IMAGE = "localhost/gymsandbox/shell:1"
 NODE_IMAGES = ("pause", "shell", "coredns")
@@ -58,40 +55,6 @@ APT_PACKAGES = {  # command -> Debian package that provides it
     "openssl": "openssl",
     "conntrack": "conntrack",
 }
-NODE_COMPONENTS = ("kubelet", "containerd", "gvisor", "knp", "coredns")
-
-
-@dataclass(frozen=True)
-class NodePaths:
-    root: Path  # <cluster state dir>/node
-
-    @property
-    def logs(self) -> Path:
-        return self.root.parent / "logs"  # beside the control plane's, so failure reports show them too
-
-    @property
-    def state(self) -> Path:
-        return self.root / "state.json"
-
-    @property
-    def containerd(self) -> Path:
-        return self.root / "containerd"
-
-    @property
-    def kubelet(self) -> Path:
-        return self.root / "kubelet"
-
-    @property
-    def cni(self) -> Path:
-        return self.root / "cni"
-
-    @property
-    def bin(self) -> Path:
-        return self.root / "bin"
-
-    @property
-    def socket(self) -> Path:
-        return self.containerd / "containerd.sock"
 
 
 def containerd_config(paths: NodePaths) -> str:
@@ -177,7 +140,7 @@ def cni_config(paths: NodePaths) -> str:
     return json.dumps({"cniVersion": "1.0.0", "name": "gymsandbox-pods", "plugins": [bridge]}, indent=2)
 
 
-def kubelet_config(paths: NodePaths, cluster_paths: cluster.Paths) -> str:
+def kubelet_config(paths: NodePaths, cluster_paths: Paths) -> str:
     pki = cluster_paths.pki
     sock = paths.socket
     return textwrap.dedent(f"""\
@@ -227,8 +190,8 @@ def kube_proxy_config(paths: NodePaths) -> str:
         mode: nftables
         clientConnection: {{kubeconfig: {paths.root / "kube-proxy.kubeconfig"}}}
         hostnameOverride: {NODE_NAME}
-        healthzBindAddress: 127.0.0.1:{cluster.free_port()}
-        metricsBindAddress: 127.0.0.1:{cluster.free_port()}
+        healthzBindAddress: 127.0.0.1:{free_port()}
+        metricsBindAddress: 127.0.0.1:{free_port()}
         nodePortAddresses: ["{NODE_IP}/32"]
         clusterCIDR: {POD_CIDR}
         # 0: leave the host's conntrack tunables alone.

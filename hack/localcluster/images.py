@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """Local OCI image archives for the real node, built without a container engine, a registry or a pull.
 
-    hack/images.py build [--out DIR] [--coredns-binary PATH] [IMAGE ...]
+    python -m hack.localcluster images build [--out DIR] [--coredns-binary PATH] [IMAGE ...]
 
 IMAGE is pause, shell, gymsandbox, swe-episode, gym-host or coredns (default: all of them; coredns only with
 --coredns-binary).
@@ -46,11 +45,10 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from pins import pin  # hack/pins.py, beside this script
+from hack.localcluster.console import logger
+from hack.localcluster.paths import CACHE, ROOT
+from hack.localcluster.pins import pin
 
-ROOT = Path(__file__).resolve().parent.parent
-CACHE = Path(os.environ.get("GYMSANDBOX_CACHE", Path.home() / ".cache" / "gymsandbox"))
 REGISTRY = "localhost/gymsandbox"
 ARCH = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
 PATH_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -109,9 +107,7 @@ Acquire::Languages "none";
 """
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 
-
-def log(message: str) -> None:
-    print(f"[images {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+log = logger("images")
 
 
 def sha256(data: bytes) -> str:
@@ -513,16 +509,18 @@ def build_gym_host(out_dir: Path) -> Built:
 
     def fill(rootfs: Path) -> None:
         debian_rootfs(rootfs, "trixie", GYM_HOST_PACKAGES)
-        in_rootfs = ["chroot", rootfs, "python3"]  # trixie's libc, not this host's
+        in_rootfs: list[str | Path] = ["chroot", rootfs, "python3"]  # trixie's libc, not this host's
         version = run(
             *in_rootfs, "-c", "import sys; print(sys.version_info[1])", capture_output=True
         ).stdout.strip()
         target = rootfs / GYM_HOST_LIB.lstrip("/")
-        pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--quiet"]
+        pip: list[str | Path] = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--quiet"]
         quiet = {**os.environ, "PIP_ROOT_USER_ACTION": "ignore"}
-        wheel_for = ["--target", target, "--no-warn-conflicts", "--only-binary=:all:", "--implementation=cp",
-                     f"--python-version=3.{version}", f"--abi=cp3{version}",
-                     f"--platform=manylinux_2_17_{platform.machine()}"]  # fmt: skip
+        wheel_for: list[str | Path] = [
+            "--target", target, "--no-warn-conflicts", "--only-binary=:all:", "--implementation=cp",
+            f"--python-version=3.{version}", f"--abi=cp3{version}",
+            f"--platform=manylinux_2_17_{platform.machine()}",
+        ]  # fmt: skip
         with tempfile.TemporaryDirectory() as wheels:
             run(*pip, "wheel", "--no-deps", "--wheel-dir", wheels, ROOT, stdout=sys.stderr, env=quiet)
             wheel = Path(wheels).glob("gymsandbox-*.whl")
@@ -544,15 +542,18 @@ def build_gym_host(out_dir: Path) -> Built:
     return rootfs_image(f"{REGISTRY}/gym-host:{key}", out_dir / f"gym-host-{key}.oci.tar", config, fill)
 
 
-def main() -> int:
+def main(argv: list[str]) -> int:
+    """`python -m hack.localcluster images ARGV...`."""
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m hack.localcluster images",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("command", choices=["build"])
     parser.add_argument("images", nargs="*", metavar="IMAGE", help=f"any of {', '.join(PACKAGES)}")
     parser.add_argument("--out", type=Path, default=CACHE / "images", help="where the archives go")
     parser.add_argument("--coredns-binary", type=Path, help="the static coredns binary to wrap")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     unknown = sorted(set(args.images) - set(PACKAGES))
     if unknown:
         parser.error(f"unknown image {', '.join(unknown)} (known: {', '.join(PACKAGES)})")
@@ -584,7 +585,3 @@ def main() -> int:
             log(f"{image}: {path.name} ({size:.1f} MB) in {time.monotonic() - start:.1f} s")
             print(f"{ref}={path}", flush=True)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,17 +1,8 @@
-#!/usr/bin/env python3
-"""One real Kubernetes node beside hack/cluster.py's control plane: kubelet, containerd 2 with runc, crun and
-gVisor (runsc), the CNI bridge, kube-proxy (nftables), kube-network-policies (enforcing) and CoreDNS.
+"""One real Kubernetes node beside the local control plane: kubelet, containerd 2 with runc, crun and gVisor
+(runsc), the CNI bridge, kube-proxy (nftables), kube-network-policies (enforcing) and CoreDNS.
 
-    hack/node.py up        start the node against the running local control plane
-    hack/node.py down      stop it and put the host back as it was
-    hack/node.py check     say whether this machine can run the node (exit 0 if it can)
-    hack/node.py prepare   build (or find cached) all the node and its tests use: Debian packages, binaries
-                           and every hack/images.py image; nothing starts (`make test` runs it first, so
-                           that no test's time limit covers a cold build)
-    hack/node.py load IMAGE...  build hack/images.py's IMAGEs (e.g. gymsandbox) and load them into the
-                           running node's containerd; prints one `NAME=REFERENCE` line per image
-
-`hack/cluster.py up` calls `up` unless GYMSANDBOX_REAL_NODE=0 or the machine cannot run it (then one line says
+`python -m hack.localcluster node up|down|check|prepare|load` (cli.py) drives it by hand; `python -m
+hack.localcluster up` starts it unless GYMSANDBOX_REAL_NODE=0 or the machine cannot run it (then one line says
 why and the cluster carries on with kwok nodes only). Host safety, the rules this file keeps:
 - Every process is started here and stopped by its PID; nothing else is signalled.
 - containerd and the kubelet run in a private mount namespace: their mounts go away with it, and the kernel
@@ -22,7 +13,7 @@ why and the cluster carries on with kwok nodes only). Host safety, the rules thi
 - Pods reach only the node's networks (interfaces named gs*): a guard table drops anything forwarded to or
   from another interface, and anything pods send to the host itself except replies.
 
-Standard library only, like cluster.py, which imports it.
+Standard library only, like the rest of hack/localcluster/.
 """
 
 from __future__ import annotations
@@ -33,13 +24,14 @@ import os
 import shutil
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import cluster
-from nodeconfig import (
+from hack.localcluster import tools
+from hack.localcluster.console import logger
+from hack.localcluster.kubeconfig import write_certificate_kubeconfig
+from hack.localcluster.kwok import RUNTIME_LABEL
+from hack.localcluster.nodeconfig import (
     API_HOST_IFACE,
     API_HOST_IP,
     API_NETNS,
@@ -52,21 +44,16 @@ from nodeconfig import (
     GUARD_RULES,
     GUARD_TABLE,
     GVISOR_LABEL,
-    HACK,
     KNP_TABLE,
     KUBE_PROXY_TABLES,
     MASKED_SYSCTLS,
-    NODE_COMPONENTS,
     NODE_IMAGES,
     NODE_IP,
     NODE_NAME,
-    PAUSE_IMAGE,
     POD_CIDR,
     PRIVATE_DIRS,
     REAL_NODE_LABEL,
-    SHELL_IMAGE,
     TOOL_DIRS,
-    NodePaths,
     cluster_objects,
     cni_config,
     containerd_config,
@@ -74,21 +61,11 @@ from nodeconfig import (
     kubelet_config,
     runsc_config,
 )
+from hack.localcluster.paths import HACK, ROOT, NodePaths, Paths
+from hack.localcluster.pki import issue_cert
+from hack.localcluster.processes import Processes, alive, free_port, stop_pid
 
-# Re-exported for callers of this module (tests/node): the node's names and addresses.
-__all__ = [
-    "API_PROXY_IP",
-    "API_PROXY_PORT",
-    "NODE_IP",
-    "PAUSE_IMAGE",
-    "POD_CIDR",
-    "REAL_NODE_LABEL",
-    "SHELL_IMAGE",
-]
-
-
-def log(message: str) -> None:
-    print(f"[node {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+log = logger("node")
 
 
 def enabled() -> bool:
@@ -133,30 +110,24 @@ def run(*argv: str, check: bool = True, stdin: str | None = None) -> subprocess.
     return result
 
 
-def node_binaries() -> dict[str, Path]:
-    out = subprocess.run(
-        [str(HACK / "build-binaries.sh"), *NODE_COMPONENTS], check=True, stdout=subprocess.PIPE, text=True
-    ).stdout
-    return {name: Path(d) for name, d in (line.split("=", 1) for line in out.split())}
-
-
 def prepare() -> None:
     """The Debian packages, the node's binaries and every image (the node's, the chart's, the sample's),
     built or found cached; nothing is started."""
     ensure_packages()
-    bins = node_binaries()
+    bins = tools.node_binaries()
     node_images(bins["coredns"] / "coredns")
 
 
 def node_images(coredns: Path | None, *names: str) -> dict[str, tuple[str, Path]]:
-    """Build (or find cached) image archives with hack/images.py: short name -> (image reference, archive);
+    """Build (or find cached) image archives with images.py: short name -> (image reference, archive);
     no names: every image."""
     coredns_binary = ["--coredns-binary", str(coredns)] if coredns else []
     out = subprocess.run(
-        [sys.executable, str(HACK / "images.py"), "build", *names, *coredns_binary],
+        [sys.executable, "-m", "hack.localcluster", "images", "build", *names, *coredns_binary],
         check=True,
         stdout=subprocess.PIPE,
         text=True,
+        cwd=ROOT,  # where `hack` is importable from
     ).stdout
     images = {}
     for line in out.split():
@@ -168,47 +139,29 @@ def node_images(coredns: Path | None, *names: str) -> dict[str, tuple[str, Path]
 # ---- configuration files ------------------------------------------------------------------------------
 
 
-def issue_node_credentials(cluster_paths: cluster.Paths, paths: NodePaths, server: str) -> None:
+def issue_node_credentials(cluster_paths: Paths, paths: NodePaths, server: str) -> None:
     """Certificates signed by the cluster CA and kubeconfigs for the kubelet and kube-proxy."""
     pki = cluster_paths.pki
-    cluster.issue_cert(
-        pki, "kubelet-serving", "/CN=" + NODE_NAME, "serverAuth", f"IP:{NODE_IP},DNS:{NODE_NAME}"
-    )
-    cluster.issue_cert(pki, "kubelet-client", f"/O=system:nodes/CN=system:node:{NODE_NAME}", "clientAuth")
-    cluster.issue_cert(pki, "kube-proxy", "/CN=system:kube-proxy", "clientAuth")
+    issue_cert(pki, "kubelet-serving", "/CN=" + NODE_NAME, "serverAuth", f"IP:{NODE_IP},DNS:{NODE_NAME}")
+    issue_cert(pki, "kubelet-client", f"/O=system:nodes/CN=system:node:{NODE_NAME}", "clientAuth")
+    issue_cert(pki, "kube-proxy", "/CN=system:kube-proxy", "clientAuth")
     for user in ("kubelet-client", "kube-proxy"):
-        kubeconfig = textwrap.dedent(f"""\
-            apiVersion: v1
-            kind: Config
-            clusters:
-            - name: local
-              cluster: {{server: "{server}", certificate-authority: "{pki / "ca.crt"}"}}
-            users:
-            - name: {user}
-              user: {{client-certificate: "{pki / f"{user}.crt"}", client-key: "{pki / f"{user}.key"}"}}
-            contexts:
-            - name: local
-              context: {{cluster: local, user: {user}}}
-            current-context: local
-            """)
-        path = paths.root / f"{user}.kubeconfig"
-        path.write_text(kubeconfig)
-        path.chmod(0o600)
+        write_certificate_kubeconfig(paths.root / f"{user}.kubeconfig", server, pki, user)
 
 
 # ---- processes ----------------------------------------------------------------------------------------
 
 
-def processes(paths: NodePaths) -> cluster.Processes:
+def processes(paths: NodePaths) -> Processes:
     """The node's processes, recorded in its own state file."""
-    return cluster.Processes(paths.state, paths.logs)
+    return Processes(paths.state, paths.logs)
 
 
 def node_env(path: str) -> dict[str, str]:
     return {"PATH": path, "LANG": "C.UTF-8", "HOME": "/root"}
 
 
-def start_mount_namespace(procs: cluster.Processes, paths: NodePaths) -> int:
+def start_mount_namespace(procs: Processes, paths: NodePaths) -> int:
     """A process that holds the node's private mount namespace: masked sysctls, private /run/containerd and
     /var/lib/cni. containerd and the kubelet join it (nsenter), so their mounts vanish when it exits."""
     masks = paths.root / "sysctl-masks"
@@ -229,7 +182,7 @@ def start_mount_namespace(procs: cluster.Processes, paths: NodePaths) -> int:
     return pid
 
 
-def network_up(paths: NodePaths, procs: cluster.Processes, api_port: int) -> None:
+def network_up(paths: NodePaths, procs: Processes, api_port: int) -> None:
     (paths.root / "ip_forward.before").write_text(Path("/proc/sys/net/ipv4/ip_forward").read_text())
     procs.state["network"] = True
     procs.save()
@@ -270,27 +223,27 @@ def delete_netns_link(netns: str, host_iface: str) -> None:
     run("ip", "link", "del", host_iface, check=False)
 
 
-def kubectl(cluster_paths: cluster.Paths, *args: str, stdin: str | None = None) -> str:
-    return cluster.kubectl(cluster.binaries(), cluster_paths.kubeconfig, *args, stdin=stdin)
+def kubectl(cluster_paths: Paths, *args: str, stdin: str | None = None) -> str:
+    return tools.kubectl(tools.binaries(), cluster_paths.kubeconfig, *args, stdin=stdin)
 
 
-def up(cluster_paths: cluster.Paths) -> bool:
+def up(cluster_paths: Paths) -> bool:
     """Start the node; returns False (after one line saying why) when this machine cannot run it."""
     why = missing_capability()
     if why:
         log(f"no real node on this machine ({why}); carrying on with kwok nodes only")
         return False
-    paths = NodePaths(cluster_paths.root / "node")
+    paths = cluster_paths.node
     if paths.state.exists():
         down(cluster_paths)
     if Path(f"/sys/class/net/{BRIDGE}").exists():
         raise RuntimeError(
             f"this machine already runs a real node (its bridge {BRIDGE} exists), most likely another "
-            "checkout's local cluster; bring that one down (hack/cluster.py down in its directory), or set "
+            "checkout's local cluster; bring that one down (make cluster-down in its directory), or set "
             "GYMSANDBOX_REAL_NODE=0 to carry on with kwok nodes only"
         )
     ensure_packages()
-    bins = node_binaries()
+    bins = tools.node_binaries()
     images = node_images(bins["coredns"] / "coredns", *NODE_IMAGES)
     for directory in (paths.logs, paths.containerd, paths.kubelet, paths.cni / "net.d", paths.cni / "ipam"):
         directory.mkdir(parents=True, exist_ok=True)
@@ -308,14 +261,14 @@ def up(cluster_paths: cluster.Paths) -> bool:
 
 
 def _start(
-    cluster_paths: cluster.Paths,
+    cluster_paths: Paths,
     paths: NodePaths,
-    procs: cluster.Processes,
+    procs: Processes,
     bins: dict[str, Path],
     images: dict[str, tuple[str, Path]],
 ) -> None:
     cluster_state = json.loads(cluster_paths.state.read_text())
-    api_port = int(cluster_state["ports"]["apiserver"])  # type: ignore[index]
+    api_port = int(cluster_state["ports"]["apiserver"])
     procs.state["ctr"] = str(bins["containerd"] / "ctr")
     procs.save()
     issue_node_credentials(cluster_paths, paths, str(cluster_state["server"]))
@@ -352,7 +305,7 @@ def _start(
             f"--root-dir={paths.kubelet}",
             f"--hostname-override={NODE_NAME}",
             f"--node-ip={NODE_IP}",
-            f"--node-labels={REAL_NODE_LABEL}=true,{GVISOR_LABEL}=true,{cluster.RUNTIME_LABEL}=crun",
+            f"--node-labels={REAL_NODE_LABEL}=true,{GVISOR_LABEL}=true,{RUNTIME_LABEL}=crun",
             "--v=1",
         ],
         env=node_env(path),
@@ -371,7 +324,7 @@ def _start(
         [
             str(HACK / "node" / "knp-run"), str(secret_dir), str(bins["knp"] / "kube-network-policies"),
             f"--hostname-override={NODE_NAME}", "--nfqueue-id=98", "--disable-nri=true",
-            f"--metrics-bind-address=127.0.0.1:{cluster.free_port()}", "--v=1",
+            f"--metrics-bind-address=127.0.0.1:{free_port()}", "--v=1",
         ],
         env={**node_env("/usr/bin:/bin"), "KUBERNETES_SERVICE_HOST": "127.0.0.1",
              "KUBERNETES_SERVICE_PORT": str(api_port)},
@@ -389,7 +342,7 @@ def _start(
     procs.wait("cluster DNS Ready", lambda: _dns_ready(cluster_paths), 120)
 
 
-def _node_ready(cluster_paths: cluster.Paths) -> bool:
+def _node_ready(cluster_paths: Paths) -> bool:
     try:
         out = kubectl(cluster_paths, "get", "node", NODE_NAME, "-o",
                       'jsonpath={.status.conditions[?(@.type=="Ready")].status}')  # fmt: skip
@@ -398,7 +351,7 @@ def _node_ready(cluster_paths: cluster.Paths) -> bool:
     return out.strip() == "True"
 
 
-def _dns_ready(cluster_paths: cluster.Paths) -> bool:
+def _dns_ready(cluster_paths: Paths) -> bool:
     out = kubectl(cluster_paths, "-n", "kube-system", "get", "pods", "-l", "k8s-app=kube-dns", "-o",
                   'jsonpath={.items[*].status.conditions[?(@.type=="Ready")].status}')  # fmt: skip
     return out.split() == ["True"]
@@ -408,18 +361,18 @@ def _nft_table(family: str, name: str) -> bool:
     return run("nft", "list", "table", family, name, check=False).returncode == 0
 
 
-def running(cluster_paths: cluster.Paths) -> bool:
-    paths = NodePaths(cluster_paths.root / "node")
+def running(cluster_paths: Paths) -> bool:
+    paths = cluster_paths.node
     if not paths.state.exists():
         return False
-    return all(cluster.alive(pid) for pid in processes(paths).pids.values())
+    return all(alive(pid) for pid in processes(paths).pids.values())
 
 
-def load_images(cluster_paths: cluster.Paths, *names: str) -> dict[str, str]:
+def load_images(cluster_paths: Paths, *names: str) -> dict[str, str]:
     """Build the named images and import them into the running node's containerd: name -> reference."""
-    paths = NodePaths(cluster_paths.root / "node")
+    paths = cluster_paths.node
     if not running(cluster_paths):
-        raise SystemExit("the real node is not running: start the cluster first (hack/cluster.py up)")
+        raise SystemExit("the real node is not running: start the cluster first (make cluster-up)")
     ctr = [str(processes(paths).state["ctr"]), "-a", str(paths.socket), "-n", "k8s.io"]
     loaded = {}
     for name, (ref, archive) in node_images(None, *names).items():
@@ -429,9 +382,9 @@ def load_images(cluster_paths: cluster.Paths, *names: str) -> dict[str, str]:
     return loaded
 
 
-def down(cluster_paths: cluster.Paths) -> None:
+def down(cluster_paths: Paths) -> None:
     """Stop the node and undo what `up` did to the host; safe to run at any point of a failed `up`."""
-    paths = NodePaths(cluster_paths.root / "node")
+    paths = cluster_paths.node
     if not paths.state.exists():
         return
     procs = processes(paths)
@@ -439,7 +392,7 @@ def down(cluster_paths: cluster.Paths) -> None:
     if procs.state.get("network"):
         _network_down(paths)
     _remove_cgroups()
-    for directory in procs.state.get("created", []):  # type: ignore[attr-defined]
+    for directory in procs.state.get("created", []):
         if run("mountpoint", "-q", directory, check=False).returncode == 0:
             run("umount", directory, check=False)
         shutil.rmtree(directory, ignore_errors=True)
@@ -449,22 +402,22 @@ def down(cluster_paths: cluster.Paths) -> None:
     log(f"node {NODE_NAME} is down")
 
 
-def _stop_processes(cluster_paths: cluster.Paths, paths: NodePaths, procs: cluster.Processes) -> None:
+def _stop_processes(cluster_paths: Paths, paths: NodePaths, procs: Processes) -> None:
     """Pods first (while the kubelet can still tear them down), then each process in reverse start order."""
     pids = procs.pids
 
     def stop(*names: str) -> None:
         for name in names:
             if name in pids:
-                cluster.stop_pid(name, pids[name])
+                stop_pid(name, pids[name])
 
-    if "kubelet" in pids and cluster.alive(pids["kubelet"]):
+    if "kubelet" in pids and alive(pids["kubelet"]):
         _drain(cluster_paths)
     stop("kube-proxy", "knp")
     for family, table in (*KUBE_PROXY_TABLES, KNP_TABLE):
         run("nft", "delete", "table", family, table, check=False)
     stop("kubelet")
-    if "containerd" in pids and cluster.alive(pids["containerd"]):
+    if "containerd" in pids and alive(pids["containerd"]):
         _kill_tasks(paths, str(procs.state["ctr"]))
     stop("containerd", "api-proxy")
     _kill_leftover_shims(paths)
@@ -480,7 +433,7 @@ def _network_down(paths: NodePaths) -> None:
         Path("/proc/sys/net/ipv4/ip_forward").write_text(before.read_text())
 
 
-def _drain(cluster_paths: cluster.Paths) -> None:
+def _drain(cluster_paths: Paths) -> None:
     """Delete the node's pods while the kubelet runs, so CNI DEL releases their addresses and shims exit."""
     with contextlib.suppress(RuntimeError):
         kubectl(cluster_paths, "cordon", NODE_NAME)  # so that no controller puts a new pod here meanwhile
@@ -532,40 +485,3 @@ def _remove_cgroups() -> None:
                     directory.rmdir()
             with contextlib.suppress(OSError):
                 root.rmdir()
-
-
-def main() -> int:
-    command = sys.argv[1] if len(sys.argv) == 2 else ""
-    paths = cluster.Paths(cluster.STATE_DIR)
-    if sys.argv[1:2] == ["load"] and len(sys.argv) > 2:
-        for name, ref in load_images(paths, *sys.argv[2:]).items():
-            print(f"{name}={ref}")
-        return 0
-    if command == "up":
-        return 0 if up(paths) else 1
-    if command == "down":
-        down(paths)
-        return 0
-    if command == "prepare":
-        why = (
-            "GYMSANDBOX_REAL_NODE=0"
-            if not enabled()
-            else "KUBECONFIG names the cluster"
-            if os.environ.get("KUBECONFIG")
-            else missing_capability()
-        )
-        if why:
-            log(f"nothing to prepare: no real node here ({why})")
-        else:
-            prepare()
-        return 0
-    if command == "check":
-        why = missing_capability()
-        print(why or "this machine can run the real node")
-        return 1 if why else 0
-    print(__doc__, file=sys.stderr)
-    return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,10 +1,10 @@
-"""The pinned versions in hack/versions.env, for the hack/ scripts in Python (standard library only)."""
+"""The pinned versions in hack/versions.env, for the Python tooling (standard library only)."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from hack.localcluster.paths import HACK
 
-VERSIONS = Path(__file__).resolve().parent / "versions.env"
+VERSIONS = HACK / "versions.env"
 
 
 def pin(name: str) -> str:
