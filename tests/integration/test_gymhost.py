@@ -119,9 +119,11 @@ def test_network_policy_allows_exactly_dns_the_broker_and_the_allowlist(
 ) -> None:
     policy = client.NetworkingV1Api(api_client).read_namespaced_network_policy(POLICY, namespace)
     assert policy.spec.policy_types == ["Egress"]
+    host_uid = ready_sample["metadata"]["uid"]
+    # The host's pod by its owner's uid, which no other object can take (a name can be chosen to collide).
     assert policy.spec.pod_selector.match_labels == {
         "app.kubernetes.io/component": "gymhost",
-        "gymsandbox.dev/gymhost": NAME,
+        "gymsandbox.dev/gymhost-uid": host_uid,
     }
     rules = client.ApiClient().sanitize_for_serialization(policy.spec.egress)
     assert rules == [
