@@ -80,16 +80,23 @@ def test_a_secret_labelled_for_hosts_is_loaded(
     assert [s.secret_ref.name for s in pod.spec.containers[0].env_from] == ["model-credentials"]
 
 
-def test_a_claim_not_marked_for_hosts_is_refused(
-    cluster: Cluster, operator: OperatorProcess, namespace: str, hosts: Hosts, attacker_b: client.ApiClient
-) -> None:
+def snoop_on_another_runs_claim(
+    cluster: Cluster, namespace: str, hosts: Hosts, attacker_b: client.ApiClient
+) -> dict[str, Any]:
+    """Attacker B's GymHost `snoop` naming a claim nobody marked for hosts; returned once it is refused."""
     claim, _ = sample()
     claim["metadata"] = {"name": "other-runs-data"}
     apply(cluster, namespace, claim)
     host = attacker_host("snoop")
     host["spec"]["storage"]["claimName"] = "other-runs-data"
     create_as(attacker_b, namespace, host)
-    refused = hosts.wait_reason("snoop", "ClaimNotAllowed")
+    return hosts.wait_reason("snoop", "ClaimNotAllowed")
+
+
+def test_a_claim_not_marked_for_hosts_is_refused(
+    cluster: Cluster, operator: OperatorProcess, namespace: str, hosts: Hosts, attacker_b: client.ApiClient
+) -> None:
+    refused = snoop_on_another_runs_claim(cluster, namespace, hosts, attacker_b)
     assert "PersistentVolumeClaim other-runs-data lacks the label" in refused["status"]["failure"]["message"]
     assert not hosts.children()["pods"]
 
@@ -99,19 +106,12 @@ def test_an_episode_under_a_host_refused_for_its_claim_is_not_admitted(
     operator: OperatorProcess,
     namespace: str,
     hosts: Hosts,
-    api_client: client.ApiClient,
     core: client.CoreV1Api,
     attacker_b: client.ApiClient,
 ) -> None:
     """The host's verdict is the whole verdict: an episode under a host refused for its claim would mount
     that claim read-write (and its chosen uid would become the pod's fsGroup over someone else's files)."""
-    claim, _ = sample()
-    claim["metadata"] = {"name": "other-runs-data"}
-    apply(cluster, namespace, claim)
-    host = attacker_host("snoop")
-    host["spec"]["storage"]["claimName"] = "other-runs-data"
-    create_as(attacker_b, namespace, host)
-    hosts.wait_reason("snoop", "ClaimNotAllowed")
+    snoop_on_another_runs_claim(cluster, namespace, hosts, attacker_b)
     episodes = Episodes(attacker_b, namespace)
     episodes.create(episode("snoop-ep", host="snoop"))
     eventually(lambda: episodes.ready_reason("snoop-ep") == "HostNotReady", what="episode snoop-ep refused")
@@ -119,5 +119,7 @@ def test_an_episode_under_a_host_refused_for_its_claim_is_not_admitted(
     assert "GymHost snoop is refused: PersistentVolumeClaim other-runs-data lacks the label" in message
     time.sleep(2)  # a pod made after the refusal was written would show by now
     assert not [
-        p.metadata.name for p in core.list_namespaced_pod(namespace).items if "snoop" in p.metadata.name
+        p.metadata.name
+        for p in core.list_namespaced_pod(namespace).items
+        if p.metadata.name.startswith("snoop")
     ]
