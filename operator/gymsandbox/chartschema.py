@@ -93,6 +93,7 @@ def values_schema() -> Schema:
                 "securityContext": _closed({"runAsUser": _ID, "runAsGroup": _ID}),
                 "operator": _closed(
                     {
+                        "replicas": {"type": "integer", "minimum": 1},
                         "verbose": {"type": "boolean"},
                         "logFormat": {"enum": ["full", "plain", "json"]},
                         "healthPort": _PORT,

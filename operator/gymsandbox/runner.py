@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import http.server
 import json
 import logging
-from collections.abc import Iterable
+import os
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, cast
+from urllib.parse import urlsplit
 
 import kopf
 
 import gymsandbox.handlers  # noqa: F401 - importing registers the handlers with kopf
 from gymsandbox.api.names import FINALIZER, GROUP
 from gymsandbox.handlers.context import WORKERS, OperatorContext
+from gymsandbox.handlers.leader import LeaderElection, instance_identity, lease_name
 from gymsandbox.kube.client import Kube
 from gymsandbox.kube.connect import api_client
 from gymsandbox.kube.signing import ensure_signing_key
@@ -106,7 +112,10 @@ def run_operator(
         quiet_kopf()
     count_watch_restarts(METRICS, verbose)
     logging.getLogger("kubernetes").setLevel(logging.WARNING)
-    kube = Kube(api_client(connections=3 * WORKERS))
+    election = LeaderElection(
+        Kube(api_client(connections=2)), operator_namespace, lease_name(namespaces), instance_identity()
+    )
+    kube = Kube(api_client(connections=3 * WORKERS), fence=election.fence)
     context = OperatorContext(
         policy=policy,
         kube=kube,
@@ -116,11 +125,57 @@ def run_operator(
     scope = ", ".join(namespaces) if namespaces else "all namespaces"
     metrics = f"; metrics on port {metrics_listen[1]}" if metrics_listen else ""
     logging.getLogger("gymsandbox").info("gymsandbox operator starting: watching %s%s", scope, metrics)
-    kopf.run(
-        settings=operator_settings(),
-        standalone=True,
-        clusterwide=not namespaces,
-        namespaces=namespaces,
-        liveness_endpoint=liveness,
-        memo=kopf.Memo(context=context),
-    )
+    with standby_health(liveness):  # a standby is alive: its probes must not restart it
+        election.acquire()
+    election.keep(on_lost=lost_the_lead(election))
+    try:
+        kopf.run(
+            settings=operator_settings(),
+            standalone=True,
+            clusterwide=not namespaces,
+            namespaces=namespaces,
+            liveness_endpoint=liveness,
+            memo=kopf.Memo(context=context),
+        )
+    finally:
+        election.release()
+
+
+def lost_the_lead(election: LeaderElection) -> Callable[[str], None]:
+    def exit_now(holder: str) -> None:
+        logging.getLogger("gymsandbox").error(
+            "gymsandbox operator lost the lead to %s (%s): exiting, to start again as a standby",
+            holder,
+            election.where,
+        )
+        logging.shutdown()
+        os._exit(3)  # at once: kopf's handlers must not write another line once the other instance acts
+
+    return exit_now
+
+
+@contextlib.contextmanager
+def standby_health(liveness: str | None) -> Iterator[None]:
+    """Answer the liveness endpoint (kopf's, once it runs) while this instance waits for the lead."""
+    if not liveness:
+        yield
+        return
+    url = urlsplit(liveness)
+
+    class Alive(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200 if self.path.split("?")[0] == url.path else 404)
+            self.end_headers()
+            self.wfile.write(b"standby\n")
+
+        def log_message(self, *_: Any) -> None:  # the probes are not news
+            pass
+
+    server = http.server.ThreadingHTTPServer((url.hostname or "0.0.0.0", url.port or 80), Alive)  # noqa: S104
+    thread = threading.Thread(target=server.serve_forever, name="gymsandbox-standby-health", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        server.shutdown()
+        server.server_close()

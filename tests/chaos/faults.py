@@ -8,6 +8,7 @@ import os
 import signal
 import time
 import urllib.request
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -150,3 +151,35 @@ def etcd_call(port: int, path: str, body: dict[str, Any]) -> dict[str, Any]:
     with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310 - etcd on loopback
         answer: dict[str, Any] = json.load(response)
     return answer
+
+
+EPISODE_LABEL = "gymsandbox.dev/episode"
+
+
+def admitted(episode: dict[str, Any]) -> bool:
+    return Episodes.condition(episode, "Admitted").get("status") == "True"
+
+
+def children_problems(
+    api_client: client.ApiClient, namespace: str, live: list[dict[str, Any]], uids: dict[str, str]
+) -> list[str]:
+    """Duplicated, missing and orphaned episode children, as sentences: each admitted episode of `live` has
+    one Pod, one Secret and one NetworkPolicy, and each child's episode (`uids`: name to uid) owns it."""
+    core, networking = client.CoreV1Api(api_client), client.NetworkingV1Api(api_client)
+    admitted_names = {e["metadata"]["name"] for e in live if admitted(e)}
+    problems = []
+    for kind, listing in {
+        "Pod": core.list_namespaced_pod,
+        "Secret": core.list_namespaced_secret,
+        "NetworkPolicy": networking.list_namespaced_network_policy,
+    }.items():
+        children = listing(namespace, label_selector=f"{LABEL_COMPONENT}={COMPONENT_EPISODE}").items
+        per_episode = Counter(c.metadata.labels[EPISODE_LABEL] for c in children)
+        problems += [f"{n} {kind}s for {name}" for name, n in per_episode.items() if n > 1]
+        problems += [f"no {kind} for admitted {name}" for name in admitted_names - set(per_episode)]
+        for child in children:
+            owner = child.metadata.labels[EPISODE_LABEL]
+            owners = {ref.uid for ref in child.metadata.owner_references or []}
+            if owner not in uids or uids[owner] not in owners:
+                problems.append(f"orphaned {kind} {child.metadata.name} (episode {owner} is gone)")
+    return problems

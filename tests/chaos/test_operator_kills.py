@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import random
 import time
-from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -17,7 +16,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from tests.chaos.faults import assert_no_traceback
+from tests.chaos.faults import admitted, assert_no_traceback, children_problems
 from tests.support.cluster import Cluster
 from tests.support.episodes import Episodes, episode
 from tests.support.gymhosts import GROUP, VERSION, Hosts, apply, eventually, sample, set_path
@@ -32,8 +31,6 @@ PACE_SECONDS = 0.03
 SETTLE_SECONDS = 120
 REAP_SLACK_SECONDS = 10
 EPISODES = "episodesandboxes"
-EPISODE_LABEL = "gymsandbox.dev/episode"
-COMPONENT = "app.kubernetes.io/component=episode"
 
 
 def test_operator_killed_at_random_points_of_500_creates_and_deletes_leaves_a_consistent_state(
@@ -99,7 +96,7 @@ def inconsistencies(api_client: client.ApiClient, namespace: str) -> list[str]:
     items = Episodes(api_client, namespace).all()
     live = [e for e in items if not e["metadata"].get("deletionTimestamp")]
     uids = {e["metadata"]["name"]: e["metadata"]["uid"] for e in items}
-    problems = _children_problems(api_client, namespace, live, uids)
+    problems = children_problems(api_client, namespace, live, uids)
     for host, slots in HOSTS.items():
         problems += _queue_problems(host, slots, [e for e in live if e["spec"]["hostRef"]["name"] == host])
     overdue = datetime.now(UTC) - timedelta(seconds=REAP_SLACK_SECONDS)
@@ -110,35 +107,12 @@ def inconsistencies(api_client: client.ApiClient, namespace: str) -> list[str]:
     return problems
 
 
-def _children_problems(
-    api_client: client.ApiClient, namespace: str, live: list[dict[str, Any]], uids: dict[str, str]
-) -> list[str]:
-    core, networking = client.CoreV1Api(api_client), client.NetworkingV1Api(api_client)
-    admitted = {e["metadata"]["name"] for e in live if _admitted(e)}
-    problems = []
-    for kind, listing in {
-        "Pod": core.list_namespaced_pod,
-        "Secret": core.list_namespaced_secret,
-        "NetworkPolicy": networking.list_namespaced_network_policy,
-    }.items():
-        children = listing(namespace, label_selector=COMPONENT).items
-        per_episode = Counter(c.metadata.labels[EPISODE_LABEL] for c in children)
-        problems += [f"{n} {kind}s for {name}" for name, n in per_episode.items() if n > 1]
-        problems += [f"no {kind} for admitted {name}" for name in admitted - set(per_episode)]
-        for child in children:
-            owner = child.metadata.labels[EPISODE_LABEL]
-            owners = {ref.uid for ref in child.metadata.owner_references or []}
-            if owner not in uids or uids[owner] not in owners:
-                problems.append(f"orphaned {kind} {child.metadata.name} (episode {owner} is gone)")
-    return problems
-
-
 def _queue_problems(host: str, slots: int, episodes: list[dict[str, Any]]) -> list[str]:
     """FIFO by (creationTimestamp, name): every admitted episode came before every waiting one, waiting ones
     hold positions 1..n in that order, and no slot stays free while one waits."""
     order = sorted(episodes, key=lambda e: (e["metadata"]["creationTimestamp"], e["metadata"]["name"]))
-    admitted = [e["metadata"]["name"] for e in order if _admitted(e)]
-    waiting = [e for e in order if not _admitted(e)]
+    admitted = [e["metadata"]["name"] for e in order if admitted(e)]
+    waiting = [e for e in order if not admitted(e)]
     problems = []
     if len(admitted) != min(slots, len(order)):
         problems.append(f"{host}: {len(admitted)} admitted of {len(order)} with {slots} slots")
@@ -148,14 +122,10 @@ def _queue_problems(host: str, slots: int, episodes: list[dict[str, Any]]) -> li
     if positions != list(range(1, len(waiting) + 1)):
         names = [e["metadata"]["name"] for e in waiting]
         problems.append(f"{host}: queue positions {list(zip(names, positions, strict=True))}")
-    not_ready = [e["metadata"]["name"] for e in order if _admitted(e) and not _ready(e)]
+    not_ready = [e["metadata"]["name"] for e in order if admitted(e) and not _ready(e)]
     if not_ready:
         problems.append(f"{host}: admitted but not Ready: {not_ready}")
     return problems
-
-
-def _admitted(e: dict[str, Any]) -> bool:
-    return Episodes.condition(e, "Admitted").get("status") == "True"
 
 
 def _ready(e: dict[str, Any]) -> bool:

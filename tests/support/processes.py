@@ -47,8 +47,10 @@ class OperatorProcess:
         *,
         verbose: bool = True,
         extra: tuple[str, ...] = (),
+        started: str | None = None,
     ) -> OperatorProcess:
-        """Tests read its handler log (--verbose) unless they check the quiet default log itself."""
+        """Tests read its handler log (--verbose) unless they check the quiet default log itself. It is
+        started once its log matches `started` (a pattern), by default once it watches: once it leads."""
         env = {
             **os.environ,
             "KUBECONFIG": str(kubeconfig),
@@ -69,8 +71,8 @@ class OperatorProcess:
         deadline = time.monotonic() + 30
         # Watching begins with gymhosts (cluster-wide) or with namespaces (when given patterns); the quiet
         # log says only that it starts.
-        started = r"Starting the watch-stream for (gymhosts|namespaces)" if verbose else "operator starting"
-        while not re.search(started, handle.output()[offset:]):
+        watching = r"Starting the watch-stream for (gymhosts|namespaces)" if verbose else "operator starting"
+        while not re.search(started or watching, handle.output()[offset:]):
             if process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"the operator did not start:\n{handle.output()[-3000:]}")
             time.sleep(0.2)

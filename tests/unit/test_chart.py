@@ -203,11 +203,26 @@ def test_default_policy_is_closed_and_names_the_usual_runtimes(tmp_path: Path) -
     }
 
 
-def test_pods_are_restricted_and_the_operator_never_runs_twice() -> None:
+def test_the_operator_runs_active_and_standby_and_drains_keep_one_of_each(tmp_path: Path) -> None:
+    """Two replicas contend for a Lease (only its holder acts); a rollout replaces one at a time, and a
+    PodDisruptionBudget keeps one operator and one broker through a drain."""
     rendered = objects(template())
     operator = rendered["Deployment", f"{RELEASE}-operator"]["spec"]
-    assert operator["replicas"] == 1
-    assert operator["strategy"] == {"type": "Recreate"}
+    assert operator["replicas"] == 2
+    assert operator["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0},
+    }
+    for name in ("operator", "broker"):
+        budget = rendered["PodDisruptionBudget", f"{RELEASE}-{name}"]["spec"]
+        selector = rendered["Deployment", f"{RELEASE}-{name}"]["spec"]["selector"]
+        assert budget == {"maxUnavailable": 1, "selector": selector}
+    single = objects(template({"operator": {"replicas": 1}, "broker": {"replicas": 1}}, tmp_path))
+    assert not [key for key in single if key[0] == "PodDisruptionBudget"]  # it would block every drain
+
+
+def test_pods_are_restricted() -> None:
+    rendered = objects(template())
     for name in ("operator", "broker"):
         pod = rendered["Deployment", f"{RELEASE}-{name}"]["spec"]["template"]["spec"]
         assert pod["serviceAccountName"] == f"{RELEASE}-{name}"

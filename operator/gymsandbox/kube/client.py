@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any
@@ -79,9 +79,14 @@ class Kube:
     refreshed token on every call: about 12% of the client's CPU per request (a twentieth of the operator's
     in a burst of episodes)."""
 
-    def __init__(self, api_client: client.ApiClient) -> None:
+    def __init__(
+        self, api_client: client.ApiClient, *, fence: Callable[[], str | None] | None = None
+    ) -> None:
         self.api_client = api_client
         self._headers: tuple[float, str, dict[str, str]] | None = None  # when made, the host, the headers
+        # Asked before every write: a reason means the write is refused here, as the API server's 503 would
+        # be (an operator that does not lead its Lease writes nothing: handlers/leader.py).
+        self.fence = fence
 
     def address(self) -> tuple[str, dict[str, str]]:
         """The API server's address and the headers every request carries (user agent, authorization)."""
@@ -106,6 +111,9 @@ class Kube:
         query: list[tuple[str, str]] | None = None,
         timeout: float | None = None,
     ) -> bytes:
+        fenced = self.fence() if self.fence is not None and method != "GET" else None
+        if fenced is not None:
+            raise ApiException(status=503, reason=fenced)
         host, common = self.address()
         url = host + path + (f"?{urlencode(query)}" if query else "")
         headers = {**common, "Content-Type": content_type, "Accept": accept}
