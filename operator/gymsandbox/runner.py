@@ -112,14 +112,15 @@ def run_operator(
         quiet_kopf()
     count_watch_restarts(METRICS, verbose)
     logging.getLogger("kubernetes").setLevel(logging.WARNING)
-    election = LeaderElection(
-        Kube(api_client(connections=2)), operator_namespace, lease_name(namespaces), instance_identity()
-    )
+    # The election's own client (never fenced, never queued behind a burst), which also makes the signing
+    # key on a first start: any instance may, leading or not.
+    unfenced = Kube(api_client(connections=2))
+    election = LeaderElection(unfenced, operator_namespace, lease_name(namespaces), instance_identity())
     kube = Kube(api_client(connections=3 * WORKERS), fence=election.fence)
     context = OperatorContext(
         policy=policy,
         kube=kube,
-        signing_key=ensure_signing_key(kube, operator_namespace),
+        signing_key=ensure_signing_key(unfenced, operator_namespace),
         namespaces=tuple(namespaces),
     )
     scope = ", ".join(namespaces) if namespaces else "all namespaces"

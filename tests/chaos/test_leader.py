@@ -5,7 +5,6 @@ converges every episode with no child duplicated or orphaned; stopped in order, 
 from __future__ import annotations
 
 import re
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -13,7 +12,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from gymsandbox.handlers.leader import lease_name
+from gymsandbox.handlers.leader import RETRY_SECONDS, lease_name
 from tests.chaos.faults import HOST, assert_no_traceback, children_problems, wait_all_ready
 from tests.support.chart import OPERATOR_NAMESPACE, Identities, release_finalizers
 from tests.support.cluster import Cluster
@@ -29,7 +28,7 @@ WAITING = "gymsandbox operator waiting"
 # kopf's lines for a handler of ours: only an instance that acts has them.
 ACTS = re.compile(r"Handler '\w+' succeeded")
 
-Launch = Callable[[str], OperatorProcess]
+Launch = Callable[..., OperatorProcess]
 
 
 @pytest.fixture
@@ -43,13 +42,15 @@ def launch(
     """Start operators for `own_namespace`, each logging to a file of its own; all stopped at the end."""
     started: list[OperatorProcess] = []
 
-    def start(name: str) -> OperatorProcess:
+    def start(name: str, *, wait: bool = True) -> OperatorProcess:
+        """Started once it leads or waits; with `wait=False` at once (each is this thread's child: its
+        death signal follows the thread that started it, so none is started from a thread of its own)."""
         handle = OperatorProcess.launch(
             identities.operator,
             policy_file,
             tmp_path / f"{name}.log",
             [own_namespace],
-            started=f"{LEADING}|{WAITING}",
+            started=f"{LEADING}|{WAITING}" if wait else "",
         )
         started.append(handle)
         return handle
@@ -83,12 +84,10 @@ def ready_host(cluster: Cluster, namespace: str, api_client: client.ApiClient, s
 def test_two_operators_started_together_exactly_one_acts_and_a_stop_hands_over_at_once(
     cluster: Cluster, launch: Launch, own_namespace: str, api_client: client.ApiClient
 ) -> None:
-    handles: dict[str, OperatorProcess] = {}
-    threads = [threading.Thread(target=lambda n=n: handles.__setitem__(n, launch(n))) for n in ("a", "b")]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
+    handles = {name: launch(name, wait=False) for name in ("a", "b")}
+    for handle in handles.values():
+        eventually(lambda h=handle: re.search(f"{LEADING}|{WAITING}", h.output()), timeout=30, what="a start")
+    time.sleep(2 * RETRY_SECONDS)  # a second leader, if the election let one through, would say so by now
     leaders = [h for h in handles.values() if leading(h)]
     assert len(leaders) == 1, {name: h.output()[-2000:] for name, h in handles.items()}
     (leader,) = leaders

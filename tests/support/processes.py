@@ -72,7 +72,7 @@ class OperatorProcess:
         # Watching begins with gymhosts (cluster-wide) or with namespaces (when given patterns); the quiet
         # log says only that it starts.
         watching = r"Starting the watch-stream for (gymhosts|namespaces)" if verbose else "operator starting"
-        while not re.search(started or watching, handle.output()[offset:]):
+        while not re.search(watching if started is None else started, handle.output()[offset:]):
             if process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"the operator did not start:\n{handle.output()[-3000:]}")
             time.sleep(0.2)
