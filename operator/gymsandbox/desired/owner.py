@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,3 +52,9 @@ def template_hash(template: object) -> str:
     """A stable digest of a child's desired content; a changed digest means the child must be replaced."""
     encoded = json.dumps(template, sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha256(encoded).hexdigest()[:16]
+
+
+def controlled_by(child: Mapping[str, Any], owner_uid: str) -> bool:
+    """The child's controller reference names this owner's uid: it is the owner's, whatever its name."""
+    refs = (child.get("metadata") or {}).get("ownerReferences") or []
+    return any(ref.get("uid") == owner_uid and ref.get("controller") for ref in refs)

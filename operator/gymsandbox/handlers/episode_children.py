@@ -20,6 +20,7 @@ from gymsandbox.api.gymhost import Egress
 from gymsandbox.desired.networkpolicy import egress_policy, episode_egress_rules
 from gymsandbox.desired.owner import TEMPLATE_HASH_ANNOTATION, Manifest, Owner
 from gymsandbox.desired.pod import EpisodeHost, episode_pod, episode_pod_name
+from gymsandbox.handlers.children import delete_pod, ensure_network_policy, ensure_pod
 from gymsandbox.handlers.common import now, parse_time, sandbox_error
 from gymsandbox.handlers.context import Made, OperatorContext
 from gymsandbox.handlers.episode_queue import (
@@ -29,7 +30,6 @@ from gymsandbox.handlers.episode_queue import (
     judged,
     pod_deadline_seconds,
 )
-from gymsandbox.handlers.gymhost import delete_pod, ensure_network_policy, ensure_pod
 from gymsandbox.handlers.leases import ensure_lease_secret, secret_token
 from gymsandbox.kube.client import (
     EPISODE,

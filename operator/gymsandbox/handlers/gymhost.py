@@ -19,10 +19,11 @@ from gymsandbox.api.gymhost import GymHostSpec
 from gymsandbox.api.names import FINALIZER, GROUP, VERSION
 from gymsandbox.desired.labels import host_sandbox_pods_selector
 from gymsandbox.desired.networkpolicy import egress_policy, egress_policy_name, egress_rules
-from gymsandbox.desired.owner import TEMPLATE_HASH_ANNOTATION, Manifest, Owner
+from gymsandbox.desired.owner import Manifest, Owner
 from gymsandbox.desired.pod import CONTAINER_NAME, host_pod, host_pod_name
 from gymsandbox.desired.service import host_endpoint, host_service
 from gymsandbox.desired.workspace import host_episodes_sub_path, host_workspace_sub_path
+from gymsandbox.handlers.children import delete_pod, ensure_network_policy, ensure_pod, ensure_service
 from gymsandbox.handlers.common import (
     announce,
     failure_fields,
@@ -49,15 +50,11 @@ from gymsandbox.kube.client import (
     PVC,
     RUNTIME_CLASS,
     SECRET,
-    SERVICE,
     STORAGE_CLASS,
     ChildConflictError,
     Kube,
-    create_or_adopt,
     namespace_terminating,
-    owned_by,
 )
-from gymsandbox.kube.store import Store
 from gymsandbox.leases import Claims, Kind, Scope
 from gymsandbox.metrics import METRICS, host_phase
 from gymsandbox.policy.admission import Refusal
@@ -112,31 +109,6 @@ def host_verdict(
     return judge_host(parsed, references, policy, created, now), references
 
 
-def ensure_network_policy(kube: Kube, owner: Owner, desired: Manifest, *, fresh: bool = False) -> Manifest:
-    """Create or adopt the policy; an edited one gets its spec back."""
-    existing, created = create_or_adopt(kube, desired, owner.uid, fresh=fresh)
-    if not created and (existing.get("spec") != desired["spec"] or _hash(existing) != _hash(desired)):
-        meta = {**existing["metadata"], "annotations": desired["metadata"]["annotations"]}
-        existing = kube.replace(NETWORK_POLICY, {**existing, "metadata": meta, "spec": desired["spec"]})
-    return existing
-
-
-def _hash(obj: Manifest) -> str | None:
-    return (obj["metadata"].get("annotations") or {}).get(TEMPLATE_HASH_ANNOTATION)
-
-
-def ensure_service(kube: Kube, owner: Owner, spec: GymHostSpec) -> Manifest:
-    desired = host_service(owner, spec)
-    existing, created = create_or_adopt(kube, desired, owner.uid)
-    want, have = desired["spec"], existing.get("spec", {})
-    ports = [{k: p.get(k) for k in ("name", "protocol", "port", "targetPort")} for p in have.get("ports", [])]
-    if not created and (have.get("selector") != want["selector"] or ports != want["ports"]):
-        existing = kube.replace(
-            SERVICE, {**existing, "spec": {**have, "selector": want["selector"], "ports": want["ports"]}}
-        )
-    return existing
-
-
 def claim_problem(kube: Kube, namespace: str, spec: GymHostSpec) -> str | None:
     """Why the pod cannot be created yet: a claim missing, or unbound and not about to bind for the pod."""
     claims = [spec.storage.claim_name] + ([spec.storage.dataset.claim_name] if spec.storage.dataset else [])
@@ -159,58 +131,6 @@ def binds_on_first_use(kube: Kube, claim: Mapping[str, Any]) -> bool:
         return False
     storage_class = kube.get(STORAGE_CLASS, None, class_name)
     return storage_class is not None and storage_class.get("volumeBindingMode") == "WaitForFirstConsumer"
-
-
-def ensure_pod(
-    kube: Kube, owner: Owner, desired: Manifest, *, seen: Store | None = None, fresh: bool = False
-) -> Manifest | None:
-    """Create the pod, or replace it when its template changed or it finished. Returns the live pod.
-    `seen`: the pods the watch has seen, read instead of the API (a pod it has not seen yet is created,
-    and adopted when it turns out to exist)."""
-    meta = desired["metadata"]
-    pod = (
-        seen.get(owner.namespace, meta["name"])
-        if seen is not None
-        else kube.get(POD, owner.namespace, meta["name"])
-    )
-    if pod is None:
-        pod, _ = create_or_adopt(kube, desired, owner.uid, fresh=fresh or seen is not None)
-        if seen is not None:
-            seen.put(pod)
-        return pod
-    if not owned_by(pod, owner.uid):
-        raise ChildConflictError(f"Pod {meta['name']} already exists and is not controlled by this object")
-    live_hash = (pod["metadata"].get("annotations") or {}).get(TEMPLATE_HASH_ANNOTATION)
-    finished = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
-    if live_hash != meta["annotations"][TEMPLATE_HASH_ANNOTATION] and not pod["metadata"].get(
-        "deletionTimestamp"
-    ):
-        kube.delete(POD, owner.namespace, meta["name"], uid=pod["metadata"]["uid"])
-    elif finished:
-        # Report the failure from this reading, then start over: a host is meant to keep serving.
-        kube.delete(POD, owner.namespace, meta["name"], uid=pod["metadata"]["uid"])
-    elif missing := missing_labels(pod, desired):
-        # A pod made before its selectors matched owner uids: the Service and its NetworkPolicy select it by
-        # these labels, and a pod no policy selects would have no egress rule at all.
-        pod = kube.patch(POD, owner.namespace, meta["name"], {"metadata": {"labels": missing}})
-        if seen is not None:
-            seen.put(pod)
-    return pod
-
-
-def missing_labels(live: Manifest, desired: Manifest) -> dict[str, str]:
-    """The labels `desired` has that `live` lacks or holds with another value."""
-    have = live["metadata"].get("labels") or {}
-    want = desired["metadata"].get("labels") or {}
-    return {key: value for key, value in want.items() if have.get(key) != value}
-
-
-def delete_pod(kube: Kube, owner: Owner, name: str, *, seen: Store | None = None) -> None:
-    """Delete the owner's pod of that name at once; a pod someone else made under that name is left alone.
-    `seen`: as for ensure_pod."""
-    pod = seen.get(owner.namespace, name) if seen is not None else kube.get(POD, owner.namespace, name)
-    if pod is not None and owned_by(pod, owner.uid):
-        kube.delete(POD, owner.namespace, name, uid=pod["metadata"]["uid"], grace_seconds=0)
 
 
 def observe(
@@ -272,7 +192,7 @@ def _observe(
         )
     else:
         network_policy = kube.get(NETWORK_POLICY, owner.namespace, egress_policy_name(owner))
-    ensure_service(kube, owner, spec)
+    ensure_service(kube, owner, host_service(owner, spec))
     secrets = (token, *secret_values(env_secrets))
     children = Children(secret_name, host_endpoint(owner, spec), tuple(resolved or ()), secrets)
     profile = ctx.policy.runtime_profiles[spec.runtime]

@@ -9,9 +9,11 @@ from typing import cast
 from gymsandbox.api.names import LEASE_TOKEN_KEY
 from gymsandbox.desired.owner import Manifest, Owner
 from gymsandbox.desired.secret import lease_secret
+from gymsandbox.handlers.children import apply_write
 from gymsandbox.kube.client import SECRET, Kube, create_or_adopt
 from gymsandbox.leases import Claims, SigningKey, TokenError, issue, verify
 from gymsandbox.leases.tokens import Kind
+from gymsandbox.plan.children import plan_lease_secret
 
 
 def secret_token(secret: Manifest) -> str | None:
@@ -49,10 +51,13 @@ def ensure_lease_secret(
     """The owner's lease Secret holds a token valid for `wanted`; a missing, tampered, foreign or outdated
     one (renewed expiry, rotated key) is replaced. Returns (Secret name, token)."""
     token = issue(wanted, key)
-    secret, created = create_or_adopt(kube, lease_secret(owner, token), owner.uid, fresh=fresh)
+    desired = lease_secret(owner, token)
+    secret, created = create_or_adopt(kube, desired, owner.uid, fresh=fresh)
     name = str(secret["metadata"]["name"])
+    if created:
+        return name, token
     current = secret_token(secret)
-    if created or (current and _still_valid(current, key, owner, wanted, now)):
-        return name, current or token
-    kube.replace(SECRET, {**secret, "data": lease_secret(owner, token)["data"]})
-    return name, token
+    valid = current is not None and _still_valid(current, key, owner, wanted, now)
+    write = plan_lease_secret(secret, desired, owner.uid, valid=valid)
+    apply_write(kube, SECRET, owner, secret, write)
+    return name, current if write.verb == "keep" and current is not None else token

@@ -18,7 +18,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.client.rest import RESTResponse
 
-from gymsandbox.desired.owner import Manifest
+from gymsandbox.desired.owner import Manifest, controlled_by
 from gymsandbox.metrics import METRICS
 
 # Items per page of a paged listing (Kube.pages).
@@ -416,11 +416,6 @@ def controller_uid(obj: Mapping[str, Any], kind: str) -> str | None:
     return next((ref.get("uid") for ref in refs if ref.get("controller") and ref.get("kind") == kind), None)
 
 
-def owned_by(obj: Mapping[str, Any], uid: str) -> bool:
-    refs = obj.get("metadata", {}).get("ownerReferences") or []
-    return any(ref.get("uid") == uid and ref.get("controller") for ref in refs)
-
-
 def create_or_adopt(
     kube: Kube, manifest: Mapping[str, Any], owner_uid: str, *, fresh: bool = False
 ) -> tuple[Manifest, bool]:
@@ -438,7 +433,7 @@ def create_or_adopt(
             existing = kube.get(kind, meta["namespace"], meta["name"])
             if existing is None:
                 raise
-    if not owned_by(existing, owner_uid):
+    if not controlled_by(existing, owner_uid):
         raise ChildConflictError(
             f"{manifest['kind']} {meta['name']} already exists and is not controlled by this object"
         )
