@@ -278,7 +278,7 @@ def start_operator(
     argv = [gymsandbox_cli(), "operator", "--policy", str(policy), "--namespace", namespace]
     argv += ["--operator-namespace", OPERATOR_NAMESPACE] + (["--verbose"] if verbose else [])
     operator = Child.launch("operator", argv, kubeconfig, workdir / "operator.log")
-    operator.wait_for(lambda: "gymsandbox operator starting" in operator.text(), timeout=60)
+    operator.wait_for(lambda: "gymsandbox operator leading" in operator.text(), timeout=60)
     return operator
 
 

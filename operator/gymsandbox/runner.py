@@ -19,7 +19,7 @@ import kopf
 import gymsandbox.handlers  # noqa: F401 - importing registers the handlers with kopf
 from gymsandbox.api.names import FINALIZER, GROUP
 from gymsandbox.handlers.context import WORKERS, OperatorContext
-from gymsandbox.handlers.leader import LeaderElection, instance_identity, lease_name
+from gymsandbox.handlers.leader import ELECTION_REQUEST_SECONDS, LeaderElection, instance_identity, lease_name
 from gymsandbox.kube.client import Kube
 from gymsandbox.kube.connect import api_client
 from gymsandbox.kube.signing import ensure_signing_key
@@ -114,7 +114,7 @@ def run_operator(
     logging.getLogger("kubernetes").setLevel(logging.WARNING)
     # The election's own client (never fenced, never queued behind a burst), which also makes the signing
     # key on a first start: any instance may, leading or not.
-    unfenced = Kube(api_client(connections=2))
+    unfenced = Kube(api_client(connections=2), timeout=ELECTION_REQUEST_SECONDS)
     election = LeaderElection(unfenced, operator_namespace, lease_name(namespaces), instance_identity())
     kube = Kube(api_client(connections=3 * WORKERS), fence=election.fence)
     context = OperatorContext(

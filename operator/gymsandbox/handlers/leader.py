@@ -32,6 +32,9 @@ LEASE = Kind("coordination.k8s.io/v1", "leases")
 LEASE_SECONDS = 10  # a holder not heard of for this long is taken over
 RENEW_DEADLINE_SECONDS = 7  # the holder stops writing once it has not renewed for this long
 RETRY_SECONDS = 2.0  # how often the holder renews and a candidate looks
+# A request of the election's that hangs (a half-open connection) is given up after this long, so that the
+# holder learns within seconds that another instance took over once the API server answers again.
+ELECTION_REQUEST_SECONDS = 5.0
 LOG = logging.getLogger("gymsandbox")
 
 Decision = Literal["create", "renew", "take", "wait"]

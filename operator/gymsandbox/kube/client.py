@@ -80,9 +80,14 @@ class Kube:
     in a burst of episodes)."""
 
     def __init__(
-        self, api_client: client.ApiClient, *, fence: Callable[[], str | None] | None = None
+        self,
+        api_client: client.ApiClient,
+        *,
+        fence: Callable[[], str | None] | None = None,
+        timeout: float | None = None,
     ) -> None:
         self.api_client = api_client
+        self.timeout = timeout  # seconds for each request that names none (None: the pool's own)
         self._headers: tuple[float, str, dict[str, str]] | None = None  # when made, the host, the headers
         # Asked before every write: a reason means the write is refused here, as the API server's 503 would
         # be (an operator that does not lead its Lease writes nothing: handlers/leader.py).
@@ -125,7 +130,7 @@ class Kube:
                 url,
                 body=payload,
                 headers=headers,
-                timeout=urllib3.Timeout(total=timeout) if timeout else None,
+                timeout=urllib3.Timeout(total=limit) if (limit := timeout or self.timeout) else None,
                 preload_content=False,
             )
             code = str(response.status)
