@@ -24,7 +24,15 @@ if [[ -z "${KUBECONFIG:-}" ]]; then
     echo "  or, with your own solution:"
     echo "  KUBECONFIG=$KUBECONFIG $kubectl -n gym-demo exec -i $pod -- \\"
     echo "    sh -c 'cat > /tmp/s.py && python3 /opt/gym-host/server.py post /tmp/s.py' < solution.py"
-    echo "Following the operator's log; Ctrl-C stops following (the cluster keeps running: make cluster-down)."
+    echo "Following the leading operator's log; Ctrl-C stops following (the cluster keeps running: make cluster-down)."
+    # Two operator pods run; the one whose name begins the Lease's holder identity acts, the other waits.
+    holders=$("$kubectl" get lease -n gymsandbox-system -l app.kubernetes.io/managed-by=gymsandbox \
+      -o jsonpath='{range .items[*]}{.spec.holderIdentity}{"\n"}{end}' 2>/dev/null || true)
+    for holder in $holders; do
+      if "$kubectl" get pod -n gymsandbox-system "${holder%%_*}" >/dev/null 2>&1; then
+        exec "$kubectl" logs -f -n gymsandbox-system "${holder%%_*}"
+      fi
+    done
     exec "$kubectl" logs -f -n gymsandbox-system deploy/gymsandbox-operator
   fi
   echo "So the operator runs here instead, against the local control plane's kwok nodes."

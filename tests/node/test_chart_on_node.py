@@ -124,10 +124,15 @@ def test_chart_pods_run_on_the_real_node_from_the_built_image(
         RELEASE_NAMESPACE, label_selector="app.kubernetes.io/managed-by=Helm"
     ).items
     running = {p.metadata.name: (p.spec.node_name, p.spec.containers[0].image) for p in pods}
-    assert len(running) == 2, running  # one operator, one broker
+    assert len(running) == 3, running  # two operators (one leads, one stands by), one broker
     assert set(running.values()) == {(real_node, image)}, running
+    # The standby answers its probes too: no restart, both Ready.
     for pod in pods:
         assert all(s.ready and s.restart_count == 0 for s in pod.status.container_statuses), pod.status
+    operators = {
+        p.metadata.name for p in pods if p.metadata.labels["app.kubernetes.io/name"] == "gymsandbox-operator"
+    }
+    assert leader_pod(core) in operators
 
 
 def test_a_host_applied_after_the_chart_becomes_ready_and_runs_an_episode_through_the_broker(
@@ -168,18 +173,30 @@ def test_metrics_reach_a_scraper_but_no_pod_labelled_as_gymsandboxs_own(
     chart_pods = core.list_namespaced_pod(
         RELEASE_NAMESPACE, label_selector="app.kubernetes.io/managed-by=Helm"
     )
-    addresses = {p.metadata.labels["app.kubernetes.io/name"]: p.status.pod_ip for p in chart_pods.items}
+    addresses = {p.metadata.name: p.status.pod_ip for p in chart_pods.items}
     pages = {}
-    for component, address in addresses.items():
-        pages[component] = metrics_page(cluster, namespace, "scraper", address)
+    for name, address in addresses.items():  # the standby's metrics too: it is scraped like the leader
+        pages[name] = metrics_page(cluster, namespace, "scraper", address)
         denied = exec_in(cluster, namespace, "impostor", fetch_metrics(address))
         # Dropped (the timeout's 143) or refused (wget's 1); anything else is no proof of a policy.
-        assert denied.returncode in (1, 143), (component, denied.returncode, denied.stderr)
+        assert denied.returncode in (1, 143), (name, denied.returncode, denied.stderr)
         assert "gymsandbox_" not in denied.stdout
-    operator, broker = parse(pages["gymsandbox-operator"]), parse(pages["gymsandbox-broker"])
+    (broker_pod,) = [name for name in addresses if name.startswith(f"{RELEASE}-broker-")]
+    operator, broker = parse(pages[leader_pod(core)]), parse(pages[broker_pod])
     assert operator.value("gymsandbox_gymhosts", namespace=namespace, phase="ready") >= 1
     assert operator.value("gymsandbox_ready_seconds_count", resource="gymhosts") >= 1
     assert "gymsandbox_broker_requests_in_flight" in broker.sample_names()
+
+
+def leader_pod(core: client.CoreV1Api) -> str:
+    """The operator pod holding the release's Lease (an identity begins with its hostname: the pod's name)."""
+    leases = client.CoordinationV1Api(core.api_client).list_namespaced_lease(RELEASE_NAMESPACE).items
+    (holder,) = [
+        lease.spec.holder_identity
+        for lease in leases
+        if lease.metadata.name.startswith("gymsandbox-operator-")
+    ]
+    return str(holder).split("_", 1)[0]
 
 
 def fetch_metrics(address: str) -> str:
