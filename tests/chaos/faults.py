@@ -156,7 +156,7 @@ def etcd_call(port: int, path: str, body: dict[str, Any]) -> dict[str, Any]:
 EPISODE_LABEL = "gymsandbox.dev/episode"
 
 
-def admitted(episode: dict[str, Any]) -> bool:
+def is_admitted(episode: dict[str, Any]) -> bool:
     return Episodes.condition(episode, "Admitted").get("status") == "True"
 
 
@@ -166,7 +166,7 @@ def children_problems(
     """Duplicated, missing and orphaned episode children, as sentences: each admitted episode of `live` has
     one Pod, one Secret and one NetworkPolicy, and each child's episode (`uids`: name to uid) owns it."""
     core, networking = client.CoreV1Api(api_client), client.NetworkingV1Api(api_client)
-    admitted_names = {e["metadata"]["name"] for e in live if admitted(e)}
+    admitted_names = {e["metadata"]["name"] for e in live if is_admitted(e)}
     problems = []
     for kind, listing in {
         "Pod": core.list_namespaced_pod,

@@ -16,7 +16,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from tests.chaos.faults import admitted, assert_no_traceback, children_problems
+from tests.chaos.faults import assert_no_traceback, children_problems, is_admitted
 from tests.support.cluster import Cluster
 from tests.support.episodes import Episodes, episode
 from tests.support.gymhosts import GROUP, VERSION, Hosts, apply, eventually, sample, set_path
@@ -111,8 +111,8 @@ def _queue_problems(host: str, slots: int, episodes: list[dict[str, Any]]) -> li
     """FIFO by (creationTimestamp, name): every admitted episode came before every waiting one, waiting ones
     hold positions 1..n in that order, and no slot stays free while one waits."""
     order = sorted(episodes, key=lambda e: (e["metadata"]["creationTimestamp"], e["metadata"]["name"]))
-    admitted = [e["metadata"]["name"] for e in order if admitted(e)]
-    waiting = [e for e in order if not admitted(e)]
+    admitted = [e["metadata"]["name"] for e in order if is_admitted(e)]
+    waiting = [e for e in order if not is_admitted(e)]
     problems = []
     if len(admitted) != min(slots, len(order)):
         problems.append(f"{host}: {len(admitted)} admitted of {len(order)} with {slots} slots")
@@ -122,7 +122,7 @@ def _queue_problems(host: str, slots: int, episodes: list[dict[str, Any]]) -> li
     if positions != list(range(1, len(waiting) + 1)):
         names = [e["metadata"]["name"] for e in waiting]
         problems.append(f"{host}: queue positions {list(zip(names, positions, strict=True))}")
-    not_ready = [e["metadata"]["name"] for e in order if admitted(e) and not _ready(e)]
+    not_ready = [e["metadata"]["name"] for e in order if is_admitted(e) and not _ready(e)]
     if not_ready:
         problems.append(f"{host}: admitted but not Ready: {not_ready}")
     return problems

@@ -52,12 +52,8 @@ class Driver:
 @pytest.fixture(scope="module")
 def nemo_gym_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     made = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "hack" / "nemo_gym.py"),
-            "venv",
-            str(tmp_path_factory.mktemp("nemo-gym")),
-        ],
+        [sys.executable, "-m", "hack.nemo_gym", "venv", str(tmp_path_factory.mktemp("nemo-gym"))],
+        cwd=ROOT,  # hack/ is a package of the repository root
         capture_output=True,
         text=True,
         check=False,
