@@ -34,6 +34,9 @@ REFUSED_BY_API_SERVER: dict[str, tuple[dict[str, Any], str]] = {
     "relative-workspace-mount": ({"workspace": {"mountPath": "work"}}, "spec.workspace.mountPath"),
     "ttl-zero": ({"lifetime": {"ttlSeconds": 0}}, "spec.lifetime.ttlSeconds"),
     "bad-quantity": ({"resources": {"memory": "lots"}}, "spec.resources.memory"),
+    # to the kubelet a limit of 0 is none: the sandbox would have the node's whole memory and CPU
+    "zero-memory": ({"resources": {"memory": "0"}}, "must be more than 0"),
+    "zero-ephemeral-storage": ({"resources": {"ephemeralStorage": "0Gi"}}, "must be more than 0"),
     "egress-wildcard": ({"egress": {"allow": ["*.example.com:443"]}}, "spec.egress.allow[0]"),
 }
 
@@ -49,6 +52,7 @@ REFUSED_BY_OPERATOR: dict[str, tuple[dict[str, Any], str, str]] = {
     "ttl-over-host-cap": ({"lifetime": {"ttlSeconds": 7200}}, "TTLOverCap", "1800"),
     "resources-over-cap": ({"resources": {"cpu": "64"}}, "ResourcesOverCap", "cpu"),
     "gpu-over-cap": ({"resources": {"gpu": 1}}, "ResourcesOverCap", "gpu"),
+    "memory-under-floor": ({"resources": {"memory": "1Mi"}}, "ResourcesUnderFloor", "memory"),
     "runtime-not-allowed": ({"runtime": "crun"}, "UnknownRuntime", "crun"),
     "egress-wider-than-host": (
         {"egress": {"allow": ["203.0.0.0/16:443"]}},

@@ -55,6 +55,9 @@ REFUSED_BY_API_SERVER: dict[str, tuple[dict[str, Any], str]] = {
     "reserved-env-name": ({"spec.env": [{"name": "GYMSANDBOX_BROKER_URL", "value": "x"}]}, "reserved"),
     "bad-quantity": ({"spec.resources.memory": "1Gii"}, "spec.resources.memory"),
     "negative-gpu": ({"spec.resources.gpu": -1}, "spec.resources.gpu"),
+    # to the kubelet a limit of 0 is none: the pod would have the node's whole memory and CPU
+    "zero-memory": ({"spec.resources.memory": "0"}, "must be more than 0"),
+    "zero-cpu": ({"spec.resources.cpu": "0m"}, "must be more than 0"),
     "uppercase-image": ({"spec.image": "Registry.example.com/GYM/Env:1"}, "spec.image"),
     "readiness-path-not-absolute": ({"spec.readinessPath": "health"}, "spec.readinessPath"),
     "port-out-of-range": ({"spec.port": 0}, "spec.port"),
@@ -88,6 +91,7 @@ REFUSED_BY_POLICY: dict[str, tuple[dict[str, Any], str, str]] = {
     "unknown-runtime": ({"spec.runtime": "firecracker"}, "UnknownRuntime", "firecracker"),
     "ttl-over-cap": ({"spec.lifetime.ttlSeconds": 90000}, "TTLOverCap", "86400"),
     "cpu-over-cap": ({"spec.resources.cpu": "64"}, "ResourcesOverCap", "cpu"),
+    "cpu-under-floor": ({"spec.resources.cpu": "1m"}, "ResourcesUnderFloor", "cpu"),
     "gpu-over-cap": ({"spec.resources.gpu": 1}, "ResourcesOverCap", "gpu"),
     "too-many-egress-entries": (
         {"spec.egress.allow": [f"203.0.113.{i}:443" for i in range(40)]},

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 from pydantic.config import JsonDict
 
@@ -40,6 +40,33 @@ def cel(rule: str, message: str, *, reason: str | None = None) -> JsonDict:
     return out
 
 
+ZERO_RESOURCE_MESSAGE = "must be more than 0: to the kubelet a limit of 0 is no limit at all"
+
+
+def _more_than_zero(value: str) -> str:
+    number = value.rstrip("mkMGTPEi")
+    if float(number) <= 0:
+        raise ValueError(ZERO_RESOURCE_MESSAGE)
+    return value
+
+
+# A resource a pod is limited to: a limit of 0 reads as "no limit" to the kubelet, so 0 is refused by the API
+# server (CEL), the models and cluster policy alike.
+ResourceQuantity = Annotated[
+    str,
+    Field(
+        pattern=QUANTITY_PATTERN,
+        max_length=32,
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                cel("quantity(self).isGreaterThan(quantity('0'))", ZERO_RESOURCE_MESSAGE)
+            ]
+        },
+    ),
+    AfterValidator(_more_than_zero),
+]
+
+
 class Model(BaseModel):
     """Frozen, camelCase on the wire, unknown fields refused.
 
@@ -59,9 +86,11 @@ class Model(BaseModel):
 class Resources(Model):
     """Requests equal limits: what is asked is what is given, so scheduler and caps see the same numbers."""
 
-    cpu: Quantity = Field("1", description="CPU for the container, e.g. 500m or 2.")
-    memory: Quantity = Field("1Gi", description="Memory for the container, e.g. 512Mi or 4Gi.")
-    ephemeral_storage: Quantity = Field(
+    cpu: ResourceQuantity = Field("1", description="CPU for the container, e.g. 500m or 2 (more than 0).")
+    memory: ResourceQuantity = Field(
+        "1Gi", description="Memory for the container, e.g. 512Mi or 4Gi (more than 0)."
+    )
+    ephemeral_storage: ResourceQuantity = Field(
         "1Gi", description="Scratch disk outside the mounted volumes; the pod is evicted past it."
     )
     gpu: int = Field(0, ge=0, le=16, description="Number of nvidia.com/gpu devices.")

@@ -24,6 +24,7 @@ class Reason(StrEnum):
     UNKNOWN_RUNTIME = "UnknownRuntime"
     TTL_OVER_CAP = "TTLOverCap"
     RESOURCES_OVER_CAP = "ResourcesOverCap"
+    RESOURCES_UNDER_FLOOR = "ResourcesUnderFloor"
     EGRESS_OVER_CAP = "EgressOverCap"
     EGRESS_INVALID = "EgressInvalid"
     EPISODES_OVER_CAP = "EpisodesOverCap"

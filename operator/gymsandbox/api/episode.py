@@ -14,7 +14,7 @@ from gymsandbox.api.common import (
     Conditions,
     Failure,
     Model,
-    Quantity,
+    ResourceQuantity,
     cel,
     list_map,
 )
@@ -69,9 +69,11 @@ class EpisodeEnvVar(Model):
 class EpisodeResources(Model):
     """Requests equal limits. Checked against the cluster's caps at admission."""
 
-    cpu: Quantity = Field("500m", description="CPU, e.g. 500m or 2.")
-    memory: Quantity = Field("512Mi", description="Memory, e.g. 512Mi.")
-    ephemeral_storage: Quantity = Field("1Gi", description="Scratch disk outside mounted volumes.")
+    cpu: ResourceQuantity = Field("500m", description="CPU, e.g. 500m or 2 (more than 0).")
+    memory: ResourceQuantity = Field("512Mi", description="Memory, e.g. 512Mi (more than 0).")
+    ephemeral_storage: ResourceQuantity = Field(
+        "1Gi", description="Scratch disk outside mounted volumes (more than 0)."
+    )
     gpu: int = Field(0, ge=0, le=16, description="Number of nvidia.com/gpu devices.")
 
 

@@ -69,6 +69,11 @@ REASON_HELP: Mapping[Reason, ReasonHelp] = {
     Reason.RESOURCES_OVER_CAP: ReasonHelp(
         "cpu, memory, ephemeral storage or gpu is over the policy's cap for it.", _CAP_ACTION
     ),
+    Reason.RESOURCES_UNDER_FLOOR: ReasonHelp(
+        "cpu, memory or ephemeral storage is under the policy's floor for it (`minCpu`, `minMemory`,"
+        " `minEphemeralStorage`): every pod gets real limits, never none.",
+        "Raise the value to the floor named in the message.",
+    ),
     Reason.EGRESS_OVER_CAP: ReasonHelp(
         "`egress.allow` plus `modelEndpoints` list more entries than `maxEgressEntries`.", _CAP_ACTION
     ),

@@ -84,13 +84,23 @@ def check_resources(spec: GymHostSpec, policy: ClusterPolicy) -> Refusal | None:
 
 
 def resources_refusal(asked: Resources | EpisodeResources, policy: ClusterPolicy) -> Refusal | None:
-    """The first of cpu, memory, ephemeral storage and gpu over the cluster's cap, or None."""
+    """The first of cpu, memory, ephemeral storage under the cluster's floor or over its cap, or gpu over its
+    cap; else None."""
     caps = policy.caps
-    for field, value, cap in (
-        ("resources.cpu", asked.cpu, caps.max_cpu),
-        ("resources.memory", asked.memory, caps.max_memory),
-        ("resources.ephemeralStorage", asked.ephemeral_storage, caps.max_ephemeral_storage),
+    for field, value, floor, cap in (
+        ("resources.cpu", asked.cpu, caps.min_cpu, caps.max_cpu),
+        ("resources.memory", asked.memory, caps.min_memory, caps.max_memory),
+        (
+            "resources.ephemeralStorage",
+            asked.ephemeral_storage,
+            caps.min_ephemeral_storage,
+            caps.max_ephemeral_storage,
+        ),
     ):
+        if parse_quantity(value) < parse_quantity(floor) or parse_quantity(value) <= 0:
+            return Refusal(
+                Reason.RESOURCES_UNDER_FLOOR, f"{field} {value} is under the cluster floor of {floor}"
+            )
         if parse_quantity(value) > parse_quantity(cap):
             return _over_cap(Reason.RESOURCES_OVER_CAP, field, value, cap)
     if asked.gpu > caps.max_gpu:

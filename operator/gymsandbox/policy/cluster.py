@@ -137,15 +137,30 @@ class RuntimeProfile(Model):
 
 
 class Caps(Model):
-    """Upper bounds on what one GymHost may ask for."""
+    """Upper bounds on what one GymHost or episode may ask for, and floors under its resources: a pod is
+    always limited (to the kubelet a limit of 0 is none)."""
 
     max_ttl_seconds: int = Field(86_400, ge=1, alias="maxTTLSeconds")
     max_cpu: PolicyQuantity = "8"
     max_memory: PolicyQuantity = "32Gi"
     max_ephemeral_storage: PolicyQuantity = "50Gi"
+    min_cpu: PolicyQuantity = "10m"
+    min_memory: PolicyQuantity = "16Mi"
+    min_ephemeral_storage: PolicyQuantity = "16Mi"
     max_gpu: int = Field(0, ge=0)
     max_egress_entries: int = Field(32, ge=0)
     max_episodes_per_host: int = Field(64, ge=0)
+
+    @model_validator(mode="after")
+    def _floors_under_caps(self) -> Caps:
+        for name, floor, cap in (
+            ("Cpu", self.min_cpu, self.max_cpu),
+            ("Memory", self.min_memory, self.max_memory),
+            ("EphemeralStorage", self.min_ephemeral_storage, self.max_ephemeral_storage),
+        ):
+            if parse_quantity(floor) > parse_quantity(cap):
+                raise ValueError(f"caps.min{name} {floor} is over caps.max{name} {cap}")
+        return self
 
 
 def _default_broker_selector() -> dict[str, str]:
