@@ -120,15 +120,31 @@ def host_pod(
 def test_chart_pods_run_on_the_real_node_from_the_built_image(
     release: str, image: str, real_node: str, core: client.CoreV1Api
 ) -> None:
-    pods = core.list_namespaced_pod(
-        RELEASE_NAMESPACE, label_selector="app.kubernetes.io/managed-by=Helm"
-    ).items
+    def chart_pods() -> list[Any]:
+        listed = core.list_namespaced_pod(
+            RELEASE_NAMESPACE, label_selector="app.kubernetes.io/managed-by=Helm"
+        )
+        return list(listed.items)
+
+    # helm --wait returns once replicas less maxUnavailable are Ready: one of two operators may not be yet.
+    eventually(
+        lambda: all(
+            p.status.container_statuses and p.status.container_statuses[0].ready for p in chart_pods()
+        ),
+        timeout=60,
+        what="every chart pod Ready",
+    )
+    pods = chart_pods()
     running = {p.metadata.name: (p.spec.node_name, p.spec.containers[0].image) for p in pods}
     assert len(running) == 3, running  # two operators (one leads, one stands by), one broker
     assert set(running.values()) == {(real_node, image)}, running
     # The standby answers its probes too: no restart, both Ready.
-    for pod in pods:
-        assert all(s.ready and s.restart_count == 0 for s in pod.status.container_statuses), pod.status
+    states = {
+        (p.metadata.name, s.ready, s.restart_count, str(s.last_state.terminated or "")[:300])
+        for p in pods
+        for s in p.status.container_statuses
+    }
+    assert all(ready and restarts == 0 for _, ready, restarts, _ in states), states
     operators = {
         p.metadata.name for p in pods if p.metadata.labels["app.kubernetes.io/name"] == "gymsandbox-operator"
     }
