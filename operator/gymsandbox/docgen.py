@@ -149,13 +149,17 @@ def _cell(text: str) -> str:
 
 # Reasons a refusal may carry, by kind: policy/admission.py, policy/episodes.py, policy/references.py and the
 # refusals the handlers make themselves (an invalid stored spec, a child's name taken, no usable host).
-HOST_REFUSALS = (
+# Refused by the spec's own values, for both kinds alike.
+SPEC_REFUSALS = (
     Reason.INVALID_SPEC,
     Reason.IMAGE_NOT_APPROVED,
     Reason.UNKNOWN_RUNTIME,
     Reason.TTL_OVER_CAP,
     Reason.RESOURCES_OVER_CAP,
     Reason.RESOURCES_UNDER_FLOOR,
+)
+HOST_REFUSALS = (
+    *SPEC_REFUSALS,
     Reason.EGRESS_OVER_CAP,
     Reason.EGRESS_INVALID,
     Reason.EPISODES_OVER_CAP,
@@ -164,12 +168,7 @@ HOST_REFUSALS = (
     Reason.CLAIM_NOT_ALLOWED,
 )
 EPISODE_REFUSALS = (
-    Reason.INVALID_SPEC,
-    Reason.IMAGE_NOT_APPROVED,
-    Reason.UNKNOWN_RUNTIME,
-    Reason.TTL_OVER_CAP,
-    Reason.RESOURCES_OVER_CAP,
-    Reason.RESOURCES_UNDER_FLOOR,
+    *SPEC_REFUSALS,
     Reason.EGRESS_INVALID,
     Reason.EGRESS_NOT_SUBSET,
     Reason.CHILD_CONFLICT,

@@ -6,15 +6,14 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 from kubernetes import client
 
 from gymsandbox.handlers.leader import RETRY_SECONDS, lease_name
 from tests.chaos.faults import HOST, assert_no_traceback, children_problems, wait_all_ready
-from tests.support.chart import OPERATOR_NAMESPACE, Identities, release_finalizers
+from tests.support.chart import OPERATOR_NAMESPACE
 from tests.support.cluster import Cluster
 from tests.support.episodes import Episodes, episode
 from tests.support.gymhosts import Hosts, apply, eventually, sample, set_path
@@ -32,33 +31,15 @@ Launch = Callable[..., OperatorProcess]
 
 
 @pytest.fixture
-def launch(
-    identities: Identities,
-    policy_file: Path,
-    own_namespace: str,
-    api_client: client.ApiClient,
-    tmp_path: Path,
-) -> Iterator[Launch]:
-    """Start operators for `own_namespace`, each logging to a file of its own; all stopped at the end."""
-    started: list[OperatorProcess] = []
+def launch(start_operator: Callable[..., OperatorProcess]) -> Launch:
+    """Operators for `own_namespace`, each logging to a file of its own."""
 
     def start(name: str, *, wait: bool = True) -> OperatorProcess:
         """Started once it leads or waits; with `wait=False` at once (each is this thread's child: its
         death signal follows the thread that started it, so none is started from a thread of its own)."""
-        handle = OperatorProcess.launch(
-            identities.operator,
-            policy_file,
-            tmp_path / f"{name}.log",
-            [own_namespace],
-            started=f"{LEADING}|{WAITING}" if wait else "",
-        )
-        started.append(handle)
-        return handle
+        return start_operator(name, started_when=f"{LEADING}|{WAITING}" if wait else "")
 
-    yield start
-    for handle in started:
-        handle.stop()
-    release_finalizers(api_client, (own_namespace,))
+    return start
 
 
 def leading(handle: OperatorProcess) -> str | None:

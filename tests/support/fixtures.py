@@ -182,12 +182,13 @@ def start_operator(
     api_client: client.ApiClient,
     tmp_path: Path,
 ) -> Iterator[Any]:
-    """Start (and restart) an operator that watches only `own_namespace`; all are stopped at the end."""
+    """Start (and restart) operators that watch only `own_namespace`; all are stopped at the end. Each logs
+    to `<name>.log` (a restart under the same name appends); `started` as for OperatorProcess.launch."""
     started: list[OperatorProcess] = []
 
-    def start() -> OperatorProcess:
+    def start(name: str = "operator", *, started_when: str | None = None) -> OperatorProcess:
         handle = OperatorProcess.launch(
-            identities.operator, policy_file, tmp_path / "operator.log", [own_namespace]
+            identities.operator, policy_file, tmp_path / f"{name}.log", [own_namespace], started=started_when
         )
         started.append(handle)
         return handle

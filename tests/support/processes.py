@@ -24,6 +24,22 @@ DIE_WITH_PARENT = ["setpriv", "--pdeathsig", "TERM", "--"]
 RESYNC_SECONDS = "3"
 
 
+def stop(process: subprocess.Popen[bytes], grace_seconds: float) -> None:
+    """SIGTERM, and SIGKILL if it has not exited `grace_seconds` later."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=grace_seconds)
+        except subprocess.TimeoutExpired:
+            kill(process)
+
+
+def kill(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.kill()
+    process.wait()
+
+
 def gymsandbox_cli() -> str:
     """The `gymsandbox` entry point next to this interpreter (the venv's)."""
     return str(Path(sys.executable).parent / "gymsandbox")
@@ -82,18 +98,11 @@ class OperatorProcess:
         return self.log.read_text(errors="replace")
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        stop(self.process, grace_seconds=20)
 
     def kill(self) -> None:
         """SIGKILL: no clean-up, no chance to store progress."""
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait()
+        kill(self.process)
 
 
 @dataclass
@@ -158,18 +167,11 @@ class BrokerProcess:
             return False
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=40)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        stop(self.process, grace_seconds=40)
 
     def kill(self) -> None:
         """SIGKILL: in-flight calls are cut off, nothing is drained."""
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait()
+        kill(self.process)
 
     @property
     def port(self) -> int:

@@ -154,13 +154,14 @@ def _observe(
     if verdict.refusal or verdict.spec is None:
         delete_pod(kube, owner, pod_name)  # a spec that is no longer admitted must not keep running
         return HostObservation(refusal=verdict.refusal), Children(), None
-    spec, env_secrets = verdict.spec, references.secrets
+    spec, env_secrets, expires_at = verdict.spec, references.secrets, verdict.expires_at
+    assert expires_at is not None  # judged for every spec that passes
     if verdict.expired:
         delete_pod(kube, owner, pod_name)
         if spec.lifetime.expiry_policy == "Delete" and kube.delete(
             GYMHOST, owner.namespace, owner.name, uid=owner.uid
         ):
-            lag = (datetime.now(UTC) - expiry(meta, spec, ctx.policy)).total_seconds()
+            lag = (datetime.now(UTC) - expires_at).total_seconds()
             METRICS.reaped(RESOURCE, "expired", lag)
         return HostObservation(expired=True), Children(), spec
     try:
@@ -183,7 +184,7 @@ def _observe(
         name=owner.name,
         uid=owner.uid,
         scope=Scope.HOST,
-        expires_at=int(expiry(meta, spec, ctx.policy).timestamp()),
+        expires_at=int(expires_at.timestamp()),
     )
     secret_name, token = ensure_lease_secret(kube, owner, ctx.signing_key, host_claims, int(now.timestamp()))
     if resolved is not None:
