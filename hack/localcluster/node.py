@@ -182,7 +182,13 @@ def start_mount_namespace(procs: Processes, paths: NodePaths) -> int:
     return pid
 
 
+# Which state directory's node holds this machine's bridge: one node per machine, whichever checkout made it.
+# Under /run, so a reboot (which removes the bridge too) forgets it.
+OWNER_RECORD = Path("/run/gymsandbox-node.owner")
+
+
 def network_up(paths: NodePaths, procs: Processes, api_port: int) -> None:
+    OWNER_RECORD.write_text(f"{paths.root.parent}\n")
     (paths.root / "ip_forward.before").write_text(Path("/proc/sys/net/ipv4/ip_forward").read_text())
     procs.state["network"] = True
     procs.save()
@@ -236,6 +242,8 @@ def up(cluster_paths: Paths) -> bool:
     paths = cluster_paths.node
     if paths.state.exists():
         down(cluster_paths)
+    if Path(f"/sys/class/net/{BRIDGE}").exists():
+        reclaim_abandoned_node()
     if Path(f"/sys/class/net/{BRIDGE}").exists():
         raise RuntimeError(
             f"this machine already runs a real node (its bridge {BRIDGE} exists), most likely another "
@@ -424,7 +432,23 @@ def _stop_processes(cluster_paths: Paths, paths: NodePaths, procs: Processes) ->
     stop("node-ns")
 
 
+def reclaim_abandoned_node() -> None:
+    """Bring down the node of another state directory (another checkout: a CI clone, a worktree) when every
+    process it started is gone, killed with the run that started it: its bridge, nftables table and network
+    namespace stay behind and would refuse every later node. A node with any process alive is left alone."""
+    owner = Path(OWNER_RECORD.read_text().strip()) if OWNER_RECORD.exists() else None
+    if owner is None or not (owner / "node" / "state.json").exists():
+        return
+    other = Paths(owner)
+    if any(alive(pid) for pid in processes(other.node).pids.values()):
+        return
+    log(f"the node of {owner} was abandoned (none of its processes is alive): bringing it down first")
+    down(other)
+
+
 def _network_down(paths: NodePaths) -> None:
+    if OWNER_RECORD.exists() and OWNER_RECORD.read_text().strip() == str(paths.root.parent):
+        OWNER_RECORD.unlink()
     delete_netns_link(API_NETNS, API_HOST_IFACE)
     run("ip", "link", "del", BRIDGE, check=False)  # and the pod veths still attached to it
     run("nft", "delete", "table", "inet", GUARD_TABLE, check=False)
