@@ -274,7 +274,7 @@ def start_operator(
 ) -> Child:
     """`gymsandbox operator` for one namespace as deployed (quiet log), logging to WORKDIR/operator.log;
     returns once it has loaded its policy and signing key and is about to watch (a GymHost turning Ready then
-    shows its watches run). `verbose`: kopf's and the client's debug lines too, at a cost in CPU."""
+    shows its watches run). `verbose`: the debug lines too (a line per handled key), at a cost in CPU."""
     argv = [gymsandbox_cli(), "operator", "--policy", str(policy), "--namespace", namespace]
     argv += ["--operator-namespace", OPERATOR_NAMESPACE] + (["--verbose"] if verbose else [])
     operator = Child.launch("operator", argv, kubeconfig, workdir / "operator.log")
@@ -309,8 +309,8 @@ class BenchRun:
         """Delete the GymHost (only while this run's operator runs to release its finalizer), then the
         namespace.
 
-        The GymHost goes first, while the operator runs: it holds the host's finalizer, and kopf stops
-        watching a namespace as soon as its deletion starts, which would leave that finalizer behind.
+        The GymHost goes first, while the operator runs: it holds the host's finalizer, which only a running
+        operator removes.
         Each wait is bounded by DELETE_TIMEOUT; what is still there then is logged and left.
         """
         if self.operator is not None and self.operator.running:

@@ -20,9 +20,8 @@ drains in order). --refused R adds
 R episodes whose image the policy does not approve (refused, so counted as Policy failures; not timed).
 
 Reported, never asserted: create-to-Ready latency p50/p90/p99 (nearest rank; an item's clock starts when
-its first create is sent), wall time (first create to last Ready), API writes per item (the operator's
-are counted by its own request metrics, plus the events kopf posts, during the episode phase; kopf's own
-patches, none in that phase, show only in a --verbose-operator log; the baseline's are 3), the
+its first create is sent), wall time (first create to last Ready), API writes per item (the operator's,
+every one counted by its own request metrics, during the episode phase; the baseline's are 3), the
 operator's peak RSS (VmHWM) and its CPU time per episode (first create to last Ready), with ratios
 operator/baseline; then the operator's writes, reads and CPU in --steady seconds with every episode Ready
 (none are needed). The last line is the same as JSON.
@@ -79,7 +78,6 @@ WRITE_VERBS = {
     "deletecollection": "DELETE",
 }
 READ_VERBS = ("get", "list")
-KOPF_PATCH_LINE = re.compile(r"(?:Merge|JSON)-patching the (resource|status) with")
 COLUMNS = ("operator", "baseline")
 REFERENCE_COLUMNS = ("operator", "agent-sandbox")
 OPERATOR_STOP_GRACE = 20.0  # seconds from SIGTERM to SIGKILL
@@ -292,21 +290,6 @@ def reads_between(before: Counter[tuple[str, str]], after: Counter[tuple[str, st
     return reads
 
 
-def kopf_patches(log_text: str) -> Counter[str]:
-    """kopf's own patches in a stretch of a --verbose log (its requests are not in the operator's metrics)."""
-    return Counter(f"PATCH ({m.group(1)}, by kopf)" for m in KOPF_PATCH_LINE.finditer(log_text))
-
-
-def kopf_events(core: client.CoreV1Api, namespace: str) -> set[str]:
-    """Names of the events kopf posted in the namespace (its event posts are not in its log)."""
-    events = plain(core.api_client, core.list_namespaced_event(namespace))["items"]
-    return {
-        str(e["metadata"]["name"])
-        for e in events
-        if "kopf" in (e.get("reportingComponent"), e.get("source", {}).get("component"))
-    }
-
-
 def episode(name: str, host: Mapping[str, Any], ttl: int | None = None, image: str = IMAGE) -> dict[str, Any]:
     """As the broker makes it: the host (its controller) known at creation."""
     lifetime = {"lifetime": {"ttlSeconds": ttl}} if ttl else {}
@@ -338,7 +321,7 @@ def fifo_inversions(names: list[str], hosts: int, admitted: Mapping[str, str]) -
 
 
 def operator_phase(run: Run, namespace: str, operator: Child, hosts: list[dict[str, Any]]) -> PhaseResult:
-    n, custom, core = run.args.n, client.CustomObjectsApi(run.api), run.core
+    n, custom = run.args.n, client.CustomObjectsApi(run.api)
     watch_api = run.watch_client()
     watcher = ReadyWatcher(
         watch_api,
@@ -351,8 +334,7 @@ def operator_phase(run: Run, namespace: str, operator: Child, hosts: list[dict[s
     watcher.started_watch.wait(timeout=30)
     names = [f"ep-{i:04d}" for i in range(n)]
     sent: dict[str, float] = {}
-    events_before = kopf_events(core, namespace)
-    requests_before, start_offset = operator_requests(operator), operator.log_offset()
+    requests_before = operator_requests(operator)
     cpu_start = common.cpu_seconds(operator.process)
     for i, name in enumerate(names):
         sent[name] = time.monotonic()
@@ -366,7 +348,7 @@ def operator_phase(run: Run, namespace: str, operator: Child, hosts: list[dict[s
     wait_all_ready(watcher, names, run.args.stall)
     cpu_ready = common.cpu_seconds(operator.process)
     time.sleep(TRAILING_SECONDS)
-    requests_ready, end_offset = operator_requests(operator), operator.log_offset()
+    requests_ready = operator_requests(operator)
     cpu_steady_start = common.cpu_seconds(operator.process)
     time.sleep(run.args.steady)  # every episode Ready and nothing asked: what does the operator still do?
     requests_steady = operator_requests(operator)
@@ -377,10 +359,6 @@ def operator_phase(run: Run, namespace: str, operator: Child, hosts: list[dict[s
         run.usage["steady_cpu_ms_per_s"] = (cpu_steady_end - cpu_steady_start) * 1000 / run.args.steady
     watcher.finish()
     writes = writes_between(requests_before, requests_ready)
-    writes += kopf_patches(operator.text(start_offset, end_offset))  # only a --verbose-operator log has them
-    events = len(kopf_events(core, namespace) - events_before)
-    if events:
-        writes["POST events (kopf)"] += events
     result = PhaseResult(sent, dict(watcher.ready), dict(watcher.reasons), writes, created)
     result.fifo_inversions = fifo_inversions(names, len(hosts), watcher.admitted)
     steady_writes = writes_between(requests_ready, requests_steady)
@@ -728,7 +706,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--verbose-operator",
         action="store_true",
-        help="run the operator with --verbose (its log then also shows kopf's own patches; costs CPU)",
+        help="run the operator with --verbose (a line per handled key; costs CPU)",
     )
     parser.add_argument(
         "--refused", type=int, default=0, help="also this many episodes the policy refuses (untimed)"

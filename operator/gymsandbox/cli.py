@@ -91,7 +91,7 @@ def _parser() -> argparse.ArgumentParser:
         help="watch only this namespace (repeatable; default: the policy's watchNamespaces, else all)",
     )
     operator.add_argument(
-        "--liveness", help="serve kopf's liveness probe here, e.g. http://0.0.0.0:8080/healthz"
+        "--liveness", help="serve the liveness probe here, e.g. http://0.0.0.0:8080/healthz"
     )
     operator.add_argument(
         "--operator-namespace",

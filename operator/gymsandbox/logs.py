@@ -1,30 +1,46 @@
-"""The operator's log: quiet by default. kopf writes a line for every timer run and handler that went as
-planned (`Timer 'resync' succeeded.` every few seconds per host); those carry no news and bury the lines
-that do. Without --verbose they are dropped; the transitions (`announce` in handlers/common.py) and every
-warning and error stay."""
+"""The operator's log, on stderr: quiet by default (the transitions, `announce` in handlers/common.py, and
+every warning and error; nothing while idle); --verbose adds the debug lines. Three formats: full (time,
+logger, level), plain (the message only) and json (one record per line)."""
 
 from __future__ import annotations
 
+import json
 import logging
-import re
+import sys
+from datetime import UTC, datetime
 
-# kopf's own wording (kopf/_core/actions/execution.py and kopf/_core/reactor/processing.py).
-ROUTINE = re.compile(
-    r"(Handler|Timer|Daemon) '[^']*' succeeded\."
-    r"|(Creation|Updating|Resuming|Deletion|Resumption) is processed: \d+ succeeded; 0 failed\."
-)
+FORMATS = ("full", "plain", "json")
+FULL = "[%(asctime)s] %(name)-20.20s [%(levelname)-8.8s] %(message)s"
 
 
-def routine(record: logging.LogRecord) -> bool:
-    """A success line of kopf's with nothing to report."""
-    return record.levelno <= logging.INFO and ROUTINE.fullmatch(record.getMessage()) is not None
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record: timestamp, severity, logger, message (and the traceback, if any)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        fields = {
+            "timestamp": datetime.fromtimestamp(record.created, UTC).isoformat(),
+            "severity": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            fields["exception"] = self.formatException(record.exc_info)
+        return json.dumps(fields)
 
 
-class QuietRoutine(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not routine(record)
+def formatter(log_format: str) -> logging.Formatter:
+    if log_format == "json":
+        return JsonFormatter()
+    return logging.Formatter("%(message)s" if log_format == "plain" else FULL)
 
 
-def quiet_kopf() -> None:
-    """Drop kopf's routine success lines (they are logged on its per-object logger)."""
-    logging.getLogger("kopf.objects").addFilter(QuietRoutine())
+def configure_logging(*, verbose: bool, log_format: str) -> None:
+    """The root logger to stderr in `log_format`, at DEBUG when verbose, else INFO; the client libraries'
+    chatter (kubernetes, urllib3) only from WARNING."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(formatter(log_format))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.DEBUG if verbose else logging.INFO)
+    for chatty in ("kubernetes", "urllib3"):
+        logging.getLogger(chatty).setLevel(logging.WARNING)

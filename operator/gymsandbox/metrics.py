@@ -11,8 +11,6 @@ Latencies run from an object's creation; one created while the operator was down
 from __future__ import annotations
 
 import functools
-import logging
-import re
 import threading
 import time
 from collections import Counter as Tally
@@ -179,7 +177,7 @@ class OperatorMetrics:
         )
         self.reconcile_errors = Counter(
             "gymsandbox_reconcile_errors",
-            "Handler runs that raised (kopf retries them)",
+            "Handler runs that raised (the work queue retries them)",
             ["handler"],
             registry=registry,
         )
@@ -191,8 +189,7 @@ class OperatorMetrics:
         )
         self.watch_restarts = Counter(
             "gymsandbox_watch_restarts",
-            "Watch streams restarted (kopf's and the episodes' own): expired (410 Gone) or inactive"
-            " (no event within its timeout)",
+            "Watch streams restarted: expired (410 Gone) or inactive (no event within its timeout)",
             ["cause"],
             registry=registry,
         )
@@ -259,8 +256,8 @@ class OperatorMetrics:
         self.api_seconds.labels(verb, resource).observe(seconds)
 
     def timed(self, handler: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
-        """Time a handler, count its errors and runs in flight. functools.wraps keeps its name, which kopf
-        uses as the handler id in its progress annotations."""
+        """Time a handler, count its errors and runs in flight. functools.wraps keeps its name, which the
+        work queue's log lines use."""
 
         def decorate(fn: Callable[P, R]) -> Callable[P, R]:
             @functools.wraps(fn)
@@ -282,34 +279,6 @@ class OperatorMetrics:
 
 
 METRICS = OperatorMetrics()
-
-# kopf's own words (kopf/_cogs/clients/watching.py), logged at DEBUG when it restarts a watch stream.
-WATCH_RESTART = re.compile(
-    r"Restarting the watch-stream for |Watch-stream for .* is inactive, reconnecting\."
-)
-
-
-class WatchRestarts(logging.Filter):
-    """Counts kopf's watch restarts from its debug lines, and lets those lines through only when verbose."""
-
-    def __init__(self, metrics: OperatorMetrics, verbose: bool) -> None:
-        super().__init__()
-        self.metrics, self.verbose = metrics, verbose
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        if WATCH_RESTART.match(message):
-            self.metrics.watch_restarts.labels(
-                "expired" if message.startswith("Restarting") else "inactive"
-            ).inc()
-        return self.verbose or record.levelno > logging.DEBUG
-
-
-def count_watch_restarts(metrics: OperatorMetrics, verbose: bool) -> None:
-    """kopf logs watch restarts only at DEBUG: let its watcher log at DEBUG into a filter that counts them."""
-    watcher = logging.getLogger("kopf._cogs.clients.watching")
-    watcher.setLevel(logging.DEBUG)
-    watcher.addFilter(WatchRestarts(metrics, verbose))
 
 
 class MetricsListenError(Exception):

@@ -24,8 +24,8 @@ TAKEOVER_SECONDS = 15  # the issue's bound: LEASE_SECONDS (10) and a look every 
 CONVERGE_SECONDS = 60  # after the kill: the takeover, then a burst of 40 on kwok
 LEADING = r"gymsandbox operator leading \(Lease \S+, as (\S+)\)"
 WAITING = "gymsandbox operator waiting"
-# kopf's lines for a handler of ours: only an instance that acts has them.
-ACTS = re.compile(r"Handler '\w+' succeeded")
+# The work queue's debug line for a handled key (--verbose): only an instance that acts has them.
+ACTS = re.compile(r": handled by \w+")
 
 Launch = Callable[..., OperatorProcess]
 
@@ -85,7 +85,7 @@ def test_two_operators_started_together_exactly_one_acts_and_a_stop_hands_over_a
     assert own_namespace not in standby.output().split(WAITING, 1)[1]  # nothing about its objects
 
     stopped = time.monotonic()
-    leader.stop()  # SIGTERM: kopf stops, then the Lease is released
+    leader.stop()  # SIGTERM: the engine stops, then the Lease is released
     eventually(lambda: leading(standby), timeout=10, what="the standby leading")
     print(f"\nhanded over {time.monotonic() - stopped:.1f} s after the leader's SIGTERM")
     assert lease_holder(api_client, own_namespace) == leading(standby)

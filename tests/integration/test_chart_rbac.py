@@ -182,8 +182,8 @@ def test_the_operator_cannot_exec_or_grant_itself_more(
 def test_the_operator_logs_no_permission_errors(
     cluster: Cluster, operator: OperatorProcess, namespace: str, hosts: Hosts
 ) -> None:
-    """RBAC denies the operator nothing, not even what kopf retries and survives (its CRD scan). (A 403 for
-    creating in a terminating namespace is admission, not RBAC, and expected.)"""
+    """RBAC denies the operator nothing, not even what it would retry and survive. (A 403 for creating in a
+    terminating namespace is admission, not RBAC, and expected.)"""
     apply(cluster, namespace, *sample())
     hosts.wait_reason("swe-gym-run-1", "HostReady")
     denied = [

@@ -135,7 +135,8 @@ def test_api_requests_and_handler_runs_are_measured(
         "gymsandbox_api_requests_total", verb="list", resource="episodesandboxes", code="200"
     )
     assert metrics.value("gymsandbox_api_requests_total", verb="patch", resource="episodesandboxes/status")
-    assert metrics.value("gymsandbox_api_request_duration_seconds_count", verb="get", resource="gymhosts")
+    host_writes = {"verb": "patch", "resource": "gymhosts/status"}
+    assert metrics.value("gymsandbox_api_request_duration_seconds_count", **host_writes)
     assert metrics.value("gymsandbox_reconcile_duration_seconds_count", handler="episodes_tick")
     assert metrics.value("gymsandbox_reconcile_duration_seconds_count", handler="episode_reconcile")
     assert "gymsandbox_reconciles_in_flight" in metrics.sample_names()
@@ -145,8 +146,8 @@ def test_api_requests_and_handler_runs_are_measured(
 def test_a_host_pods_events_reach_its_hosts_reconcile(
     cluster: Cluster, operator: OperatorProcess, namespace: str, hosts: Hosts
 ) -> None:
-    """Host pods are watched by label on the API server (handlers/watches.py), not by kopf: deleting one is
-    an event its host's reconcile gets, and the host is Ready again with a new pod."""
+    """Host pods are watched by label on the API server (handlers/engine.py): deleting one is an event its
+    host's reconcile gets, and the host is Ready again with a new pod."""
     ready_host(cluster, namespace, hosts)
     before = scrape(operator.metrics_url)
     cluster.kubectl_run("delete", "pod", f"{HOST}-host", "-n", namespace, "--wait=true")

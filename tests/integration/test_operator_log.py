@@ -9,14 +9,14 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import kopf
 import pytest
 from kubernetes import client
 
 from gymsandbox.api.names import FINALIZER
 from gymsandbox.handlers.context import OperatorContext
-from gymsandbox.handlers.gymhost import release_hosts
+from gymsandbox.handlers.gymhost import let_go
 from gymsandbox.kube.client import GYMHOST, Kube
+from gymsandbox.kube.informer import RetryError
 from gymsandbox.leases import SigningKey
 from gymsandbox.policy.cluster import ClusterPolicy
 from tests.support.chart import Identities, release_finalizers
@@ -58,7 +58,7 @@ def test_idle_operator_with_ten_ready_hosts_writes_nothing(
     hosts = Hosts(api_client, own_namespace)
     for name in names:
         hosts.wait_reason(name, "HostReady", timeout=60)
-    time.sleep(3)  # the last Ready line, and kopf's own start-up lines, are written
+    time.sleep(3)  # the last Ready line, and the start-up lines, are written
     log = quiet_operator.output()
     for name in names:
         assert f"GymHost {own_namespace}/{name}: Ready=True HostReady" in log, log[-3000:]
@@ -120,7 +120,7 @@ def test_releasing_a_host_deleted_since_the_list_is_no_error(
     context.kube.patch(GYMHOST, own_namespace, "gone", {"metadata": {"finalizers": None}})
     assert context.kube.delete(GYMHOST, own_namespace, "gone")
     assert context.kube.get(GYMHOST, own_namespace, "gone") is None
-    release_hosts(context, own_namespace, listed)  # a 404 here used to escape as a traceback
+    let_go(context, listed[0])  # a 404 here used to escape as a traceback
 
 
 def test_releasing_a_host_changed_since_the_list_is_retried_not_forced(
@@ -129,8 +129,8 @@ def test_releasing_a_host_changed_since_the_list_is_retried_not_forced(
     unwatched_host(cluster, own_namespace, "changed")
     listed = context.kube.list(GYMHOST, own_namespace)
     context.kube.patch(GYMHOST, own_namespace, "changed", {"metadata": {"labels": {"touched": "yes"}}})
-    with pytest.raises(kopf.TemporaryError, match="changed meanwhile"):
-        release_hosts(context, own_namespace, listed)
+    with pytest.raises(RetryError, match="changed meanwhile"):  # one line, and a retry with the newer state
+        let_go(context, listed[0])
     current = context.kube.get(GYMHOST, own_namespace, "changed") or {}
     assert FINALIZER in current["metadata"]["finalizers"]  # the newer state won
     context.kube.patch(GYMHOST, own_namespace, "changed", {"metadata": {"finalizers": None}})

@@ -1,7 +1,7 @@
 """Attacker B writes a GymHost whose spec is valid but larger than the 256 KiB the API server allows in
-annotations (128 variables of 4 KiB). kopf kept a copy of the last handled spec in an annotation, so the
-object could never be marked handled: every event handled it again, each ending in a refused patch. Now kopf
-keeps digests, and the host is handled once like any other."""
+annotations (128 variables of 4 KiB). kopf, which ran hosts once, kept a copy of the last handled spec in an
+annotation, so such an object could never be marked handled: every event handled it again, each ending in a
+refused patch. The engine keeps nothing in annotations; the host is handled once like any other."""
 
 from __future__ import annotations
 

@@ -45,6 +45,10 @@ def gymsandbox_cli() -> str:
     return str(Path(sys.executable).parent / "gymsandbox")
 
 
+# The engine's line once it has listed every kind and handles events (handlers/engine.py).
+WATCHING = "gymsandbox operator watching"
+
+
 @dataclass
 class OperatorProcess:
     """One `gymsandbox operator` CLI process, as a user would run it, logging to a file."""
@@ -85,10 +89,8 @@ class OperatorProcess:
             )
         handle = cls(process, log, f"http://127.0.0.1:{metrics_port}/metrics")
         deadline = time.monotonic() + 30
-        # Watching begins with gymhosts (cluster-wide) or with namespaces (when given patterns); the quiet
-        # log says only that it starts.
-        watching = r"Starting the watch-stream for (gymhosts|namespaces)" if verbose else "operator starting"
-        while not re.search(watching if started is None else started, handle.output()[offset:]):
+        # Once it leads, it lists every kind, then says what it watches (handlers/engine.py).
+        while not re.search(WATCHING if started is None else started, handle.output()[offset:]):
             if process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"the operator did not start:\n{handle.output()[-3000:]}")
             time.sleep(0.2)

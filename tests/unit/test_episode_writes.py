@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from gymsandbox.api.conditions import ConditionType, FailureKind, Reason
-from gymsandbox.handlers.episode import needs_reconcile, progress_only
+from gymsandbox.handlers.common import needs_reconcile
+from gymsandbox.handlers.episode import progress_only
 from gymsandbox.status.conditions import ConditionState
 from gymsandbox.status.episode import EpisodeVerdict
 from gymsandbox.status.pod import PodFailure

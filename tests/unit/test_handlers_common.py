@@ -1,13 +1,12 @@
 """Failure envelopes: the log tail comes from the API (or the kubelet's termination message), trimmed, and
-never carries the owner's token, even when untrusted code prints it. And an API outage in a handler is
-kopf's temporary error, never a traceback."""
+never carries the owner's token, even when untrusted code prints it. And an API outage is told from a wrong
+request or a bug."""
 
 from __future__ import annotations
 
 import json
 from typing import Any, cast
 
-import kopf
 import pytest
 import urllib3
 from kubernetes.client.exceptions import ApiException
@@ -18,7 +17,6 @@ from gymsandbox.handlers.common import (
     REDACTED,
     failure_fields,
     logs_tail,
-    observed,
 )
 from gymsandbox.kube.client import Kube, api_outage, api_refusal
 from gymsandbox.status.pod import PodFailure
@@ -108,20 +106,6 @@ def test_an_api_outage_is_told_from_a_wrong_request_or_a_bug(error: Exception, o
     assert api_outage(error) == outage
 
 
-def test_an_outage_in_a_handler_is_kopfs_temporary_error_and_anything_else_stays_itself() -> None:
-    answers: list[Exception] = [ApiException(status=503, reason="Service Unavailable"), KeyError("spec")]
-
-    @observed("flaky")
-    def flaky() -> None:
-        raise answers.pop(0)
-
-    with pytest.raises(kopf.TemporaryError, match=r"did not answer \(503 Service Unavailable\)"):
-        flaky()
-    with pytest.raises(KeyError):
-        flaky()
-    assert flaky.__name__ == "flaky"  # kopf's handler id
-
-
 def forbidden(message: str) -> ApiException:
     error = ApiException(status=403, reason="Forbidden")
     error.body = json.dumps({"kind": "Status", "message": message, "reason": "Forbidden", "code": 403})
@@ -131,18 +115,10 @@ def forbidden(message: str) -> ApiException:
 RBAC_MESSAGE = 'episodesandboxes.gymsandbox.dev is forbidden: User "system:serviceaccount:s:op" cannot list'
 
 
-def test_a_refusal_in_a_handler_is_a_temporary_error_with_the_api_servers_words() -> None:
+def test_a_refusal_is_told_in_the_api_servers_words() -> None:
     # Right after an API server restart its authorizer may refuse until it has loaded the RBAC rules.
-    answers: list[Exception] = [forbidden(RBAC_MESSAGE), ApiException(status=403, reason="Forbidden")]
-
-    @observed("refused")
-    def refused() -> None:
-        raise answers.pop(0)
-
-    with pytest.raises(kopf.TemporaryError, match=r"refused: episodesandboxes\.gymsandbox\.dev is forbidden"):
-        refused()
-    with pytest.raises(kopf.TemporaryError, match="refused: 403 Forbidden"):  # a Secret's, without its body
-        refused()
+    assert api_refusal(forbidden(RBAC_MESSAGE)) == RBAC_MESSAGE
+    assert api_refusal(ApiException(status=403, reason="Forbidden")) == "403 Forbidden"  # a Secret's, no body
 
 
 def test_a_terminating_namespace_is_no_refusal_to_retry() -> None:

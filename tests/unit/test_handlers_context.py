@@ -1,4 +1,4 @@
-"""Which namespaces an operator instance serves, matched as kopf matches its --namespace patterns."""
+"""Which namespaces an operator instance serves: its --namespace patterns (globs, "!" excludes)."""
 
 from __future__ import annotations
 

@@ -1,17 +1,24 @@
-"""The episodes' work queue (one key at a time, waiting events merged) and which namespaces are watched."""
+"""The engine's work queue (one key at a time, waiting events merged, a failed key retried after a backoff),
+where a child's event is routed, and which namespaces are watched."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import Any
 
-import kopf
 import pytest
+import urllib3
+from kubernetes import client
 
-from gymsandbox.handlers.watches import watched_namespaces
-from gymsandbox.kube.informer import WorkQueue
-from gymsandbox.runner import run_operator  # noqa: F401  (registers the handlers)
+from gymsandbox.handlers.context import OperatorContext
+from gymsandbox.handlers.engine import Engine, watched_namespaces
+from gymsandbox.kube import informer
+from gymsandbox.kube.client import Kube
+from gymsandbox.kube.informer import RetryError, WorkQueue, retry_delay
+from gymsandbox.leases import SigningKey
+from gymsandbox.policy.cluster import ClusterPolicy
 
 
 def body(name: str, version: int) -> dict[str, Any]:
@@ -129,16 +136,128 @@ def test_named_namespaces_are_watched_one_by_one_and_patterns_through_every_name
     assert watched_namespaces(namespaces) == watched
 
 
-def test_kopf_watches_only_gymhosts_and_namespaces() -> None:
-    """kopf filters a handler's labels on its side: one handler of pods (or episodes) would make it watch and
-    decode every pod (or episode) of every namespace served. Those are handlers/watches.py's, by label on the
-    API server. Importing gymsandbox.runner registered the handlers."""
-    registry = kopf.get_default_registry()
-    handlers = [
-        *registry._indexing.get_all_handlers(),
-        *registry._watching.get_all_handlers(),
-        *registry._spawning.get_all_handlers(),
-        *registry._changing.get_all_handlers(),
+def test_a_failed_key_is_handled_again_after_its_backoff_and_its_count_clears_once_it_succeeds(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(informer, "RETRY_BASE_SECONDS", 0.05)
+    caplog.set_level(logging.INFO, "gymsandbox")
+    answers: list[Exception | None] = [
+        urllib3.exceptions.ProtocolError("Connection aborted."),
+        RetryError("GymHost h changed meanwhile"),
+        None,
     ]
-    plurals = {h.selector.any_name or h.selector.plural for h in handlers if h.selector is not None}
-    assert plurals == {"gymhosts", "namespaces"}
+    seen: list[str | None] = []
+
+    def flaky(type: str | None, obj: dict[str, Any]) -> None:
+        seen.append(type)
+        answer = answers.pop(0)
+        if answer is not None:
+            raise answer
+
+    work = WorkQueue(2)
+    work.start()
+    try:
+        work.add("h", "ADDED", body("h", 1), flaky)
+        wait_for(lambda: len(seen) == 3 and not work.failing())
+    finally:
+        work.stop()
+    assert seen == ["ADDED"] * 3  # the same event, twice again
+    assert "did not answer (ProtocolError); retrying in 0 s" in caplog.text
+    assert "changed meanwhile; retrying" in caplog.text
+    assert "Traceback" not in caplog.text  # an outage and a retry are one line each
+
+
+def test_a_failed_event_is_not_retried_over_a_newer_one_of_its_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(informer, "RETRY_BASE_SECONDS", 0.2)
+    seen: list[str] = []
+
+    def handle(type: str | None, obj: dict[str, Any]) -> None:
+        seen.append(obj["metadata"]["resourceVersion"])
+        if obj["metadata"]["resourceVersion"] == "1":
+            raise RetryError("not now")
+
+    work = WorkQueue(1)
+    work.start()
+    try:
+        work.add("k", "ADDED", body("k", 1), handle)
+        wait_for(lambda: seen == ["1"])
+        work.add("k", "MODIFIED", body("k", 2), handle)  # newer, before the retry is due
+        wait_for(lambda: seen == ["1", "2"])
+        time.sleep(0.4)  # past the retry's time: it found the newer event handled, and is dropped
+    finally:
+        work.stop()
+    assert seen == ["1", "2"]
+
+
+def test_the_backoff_doubles_to_its_cap() -> None:
+    assert [retry_delay(n) for n in (1, 2, 3, 4, 5, 6, 10)] == [2, 4, 8, 16, 30, 30, 30]
+
+
+@pytest.fixture
+def engine() -> Engine:
+    ctx = OperatorContext(
+        policy=ClusterPolicy(), kube=Kube(client.ApiClient()), signing_key=SigningKey.generate()
+    )
+    return Engine(ctx)
+
+
+def host(name: str, uid: str, deleting: bool = False) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": "n", "uid": uid, "resourceVersion": "1"}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-12-07T00:00:00Z"
+    return {"kind": "GymHost", "metadata": meta, "spec": {}}
+
+
+def host_pod(owner_name: str, owner_uid: str) -> dict[str, Any]:
+    ref = {"kind": "GymHost", "name": owner_name, "uid": owner_uid, "controller": True}
+    return {"metadata": {"name": "p", "namespace": "n", "uid": "pod-1", "ownerReferences": [ref]}}
+
+
+@pytest.mark.parametrize(
+    ("stored", "pod", "type", "routed"),
+    [
+        (host("h", "u1"), host_pod("h", "u1"), "MODIFIED", "gymhosts/u1"),
+        (host("h", "u1"), host_pod("h", "u1"), "DELETED", "gymhosts/u1"),
+        (host("h", "u1"), host_pod("h", "u1"), None, None),  # a listing: every host is reconciled at start
+        (host("h", "u2"), host_pod("h", "u1"), "MODIFIED", None),  # a same-named host of another uid
+        (host("h", "u1", deleting=True), host_pod("h", "u1"), "MODIFIED", None),  # released, not reconciled
+        (None, host_pod("h", "u1"), "MODIFIED", None),
+    ],
+    ids=["owner", "owner-pod-deleted", "listing", "other-uid", "deleting", "no-host"],
+)
+def test_a_host_pods_event_goes_under_its_owners_key_only_for_the_owner_by_uid(
+    engine: Engine, stored: dict[str, Any] | None, pod: dict[str, Any], type: str | None, routed: str | None
+) -> None:
+    if stored is not None:
+        engine.ctx.hosts.put(stored)
+    work = engine.to_host(type, pod)
+    assert (work[0] if work else None) == routed
+    if work is not None:
+        assert work[1] is None  # handled as a resync: a reconcile whatever changed
+
+
+def episode_child(kind: str, episode_uid: str | None) -> dict[str, Any]:
+    refs = (
+        []
+        if episode_uid is None
+        else [{"kind": "EpisodeSandbox", "name": "e", "uid": episode_uid, "controller": True}]
+    )
+    meta = {"name": "e-lease", "namespace": "n", "uid": "child-1", "ownerReferences": refs}
+    return {"kind": kind, "metadata": meta}
+
+
+@pytest.mark.parametrize(
+    ("type", "child", "routed"),
+    [
+        ("DELETED", episode_child("Secret", "e1"), "children/e1"),
+        ("DELETED", episode_child("NetworkPolicy", "e1"), "children/e1"),
+        ("MODIFIED", episode_child("Secret", "e1"), None),  # stored for the drift pass only
+        (None, episode_child("Secret", "e1"), None),
+        ("DELETED", episode_child("Secret", None), None),  # an orphan: the drift pass ends those
+    ],
+)
+def test_an_episode_childs_deletion_goes_under_its_episodes_key_by_uid(
+    engine: Engine, type: str | None, child: dict[str, Any], routed: str | None
+) -> None:
+    work = engine.to_episode(type, child)
+    assert (work[0] if work else None) == routed

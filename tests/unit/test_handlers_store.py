@@ -8,7 +8,8 @@ import time
 from typing import Any
 
 from gymsandbox.desired.owner import template_hash
-from gymsandbox.handlers.context import Later, host_of
+from gymsandbox.handlers.context import host_of
+from gymsandbox.kube.later import Later
 from gymsandbox.kube.store import (
     WORD_CHARS,
     Store,

@@ -1,9 +1,8 @@
-"""The operator's metric decisions: phases from stored status, API request labels, kopf's watch restarts,
+"""The operator's metric decisions: phases from stored status, API request labels,
 handler timing. (Live values during real flows: tests/integration/test_metrics.py.)"""
 
 from __future__ import annotations
 
-import logging
 import time
 from collections import Counter
 from datetime import UTC, datetime
@@ -11,7 +10,7 @@ from datetime import UTC, datetime
 import pytest
 
 from gymsandbox.kube.client import request_labels
-from gymsandbox.metrics import OperatorMetrics, WatchRestarts, episode_phase, host_phase
+from gymsandbox.metrics import OperatorMetrics, episode_phase, host_phase
 
 READY = {"type": "Ready", "status": "True", "reason": "SandboxReady"}
 NOT_READY = {"type": "Ready", "status": "False", "reason": "PodPending"}
@@ -61,24 +60,7 @@ def test_request_labels_name_verb_and_resource_never_the_object(
     assert request_labels(method, path) == labels
 
 
-def _record(message: str, level: int = logging.DEBUG) -> logging.LogRecord:
-    return logging.LogRecord("kopf._cogs.clients.watching", level, __file__, 1, message, None, None)
-
-
-def test_watch_restarts_are_counted_from_kopfs_debug_lines_and_dropped_unless_verbose() -> None:
-    metrics = OperatorMetrics()
-    quiet, verbose = WatchRestarts(metrics, verbose=False), WatchRestarts(metrics, verbose=True)
-    expired = _record("Restarting the watch-stream for gymhosts.v1alpha1.gymsandbox.dev cluster-wide.")
-    inactive = _record("Watch-stream for pods.v1 in 't-1' is inactive, reconnecting.")
-    assert quiet.filter(expired) is False
-    assert verbose.filter(inactive) is True
-    assert quiet.filter(_record("Starting the watch-stream for pods.v1 cluster-wide.")) is False
-    assert quiet.filter(_record("Ignoring an unsupported event type", logging.WARNING)) is True
-    assert metrics.watch_restarts.labels("expired")._value.get() == 1
-    assert metrics.watch_restarts.labels("inactive")._value.get() == 1
-
-
-def test_timed_keeps_the_handler_name_kopf_uses_as_its_id_and_counts_errors() -> None:
+def test_timed_keeps_the_handler_name_the_queue_logs_and_counts_errors() -> None:
     metrics = OperatorMetrics()
 
     @metrics.timed("tick")

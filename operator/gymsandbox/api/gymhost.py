@@ -41,7 +41,7 @@ _IPV6 = r"\[[0-9a-fA-F:.]+(/[0-9]{1,3})?\]"
 # host:port where host is a DNS name, an IPv4 address or CIDR, or a bracketed IPv6 address or CIDR.
 EGRESS_ENTRY_PATTERN = rf"^({_DNS_NAME}|{_IPV4}|{_IPV6}):{_PORT}$"
 # http(s)://host[:port][/path]; the host and port join the allowlist. No query or fragment: a key passed in
-# a URL would sit in spec (and in kopf's copy of it) for anyone who can read the object.
+# a URL would sit in spec for anyone who can read the object.
 MODEL_ENDPOINT_PATTERN = rf"^https?://({_DNS_NAME}|{_IPV4}|\[[0-9a-fA-F:.]+\])(:{_PORT})?(/[^\s?#]*)?$"
 # Variable names that look like they carry a credential belong in envFrom secret references.
 CREDENTIAL_NAME_PATTERN = r"(?i)(TOKEN|SECRET|PASSW(OR)?D|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIAL|AUTH)"

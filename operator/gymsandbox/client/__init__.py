@@ -1,7 +1,7 @@
 """Evaluator SDK: wait for a GymHost and read why it failed; drive episodes through the broker
 (sync or async).
 
-The broker client needs only httpx and pydantic, so code inside a Gym host can import it without kopf,
+The broker client needs only httpx and pydantic, so code inside a Gym host can import it without
 FastAPI or the Kubernetes client; `wait_ready` and its errors (which use the Kubernetes client) are loaded
 only when first used.
 """

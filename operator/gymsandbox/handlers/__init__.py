@@ -1,5 +1,1 @@
-"""The only place with @kopf decorators. Importing this package registers every handler."""
-
-from gymsandbox.handlers import episode, gymhost, watches
-
-__all__ = ["episode", "gymhost", "watches"]
+"""The engine (handlers/engine.py) and what it runs: the GymHost and EpisodeSandbox handlers."""

@@ -8,14 +8,13 @@ from gymsandbox.desired.owner import Manifest, Owner, controlled_by
 from gymsandbox.kube.client import (
     NETWORK_POLICY,
     POD,
-    SERVICE,
     ChildConflictError,
     Kind,
     Kube,
     create_or_adopt,
 )
 from gymsandbox.kube.store import Store
-from gymsandbox.plan.children import Write, plan_network_policy, plan_pod, plan_service
+from gymsandbox.plan.children import Write, plan_network_policy, plan_pod
 
 
 def apply_write(kube: Kube, kind: Kind, owner: Owner, live: Manifest, write: Write) -> Manifest:
@@ -40,14 +39,6 @@ def ensure_network_policy(kube: Kube, owner: Owner, desired: Manifest, *, fresh:
     return apply_write(
         kube, NETWORK_POLICY, owner, existing, plan_network_policy(existing, desired, owner.uid)
     )
-
-
-def ensure_service(kube: Kube, owner: Owner, desired: Manifest) -> Manifest:
-    """Create or adopt the Service; one whose selector or ports were edited gets them back."""
-    existing, created = create_or_adopt(kube, desired, owner.uid)
-    if created:
-        return existing
-    return apply_write(kube, SERVICE, owner, existing, plan_service(existing, desired, owner.uid))
 
 
 def ensure_pod(

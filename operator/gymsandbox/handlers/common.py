@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import functools
 import logging
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
-
-import kopf
+from typing import TYPE_CHECKING, Any
 
 from gymsandbox.api.conditions import ConditionType, Reason
-from gymsandbox.handlers.context import ERROR_BACKOFF_SECONDS
-from gymsandbox.kube.client import EVENT, Kube, api_outage, api_refusal
+from gymsandbox.kube.client import EVENT, Kube
 from gymsandbox.metrics import METRICS
 from gymsandbox.status.conditions import ConditionState, find
 from gymsandbox.status.pod import SANDBOX_EVENT_REASON, PodFailure, sandbox_overdue
@@ -32,39 +28,14 @@ LEASE_TOKEN_SHAPE = re.compile(r"gs1\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}")
 RESOURCES = {"GymHost": "gymhosts", "EpisodeSandbox": "episodesandboxes"}
 TAILED_REASONS = frozenset({Reason.CRASH_LOOP_BACK_OFF, Reason.OOM_KILLED, Reason.POD_FAILED})
 
-P = ParamSpec("P")
-R = TypeVar("R")
 
-
-def observed(handler: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
-    """A kopf handler, timed and counted (gymsandbox/metrics.py), whose API outage or refusal (403) is kopf's
-    temporary error: one log line and a retry, not a traceback. An event handler is not retried; the periodic
-    passes (host resync, the episodes' drift pass) repair whatever it missed."""
-
-    def decorate(fn: Callable[P, R]) -> Callable[P, R]:
-        measured = METRICS.timed(handler)(fn)
-
-        @functools.wraps(fn)
-        def run(*args: P.args, **kwargs: P.kwargs) -> R:
-            try:
-                return measured(*args, **kwargs)
-            except Exception as e:
-                outage, refusal = api_outage(e), api_refusal(e)
-                if outage:
-                    message = (
-                        f"the API server did not answer ({outage}); the next pass repairs what this missed"
-                    )
-                elif refusal:
-                    message = (
-                        f"the API server refused: {refusal}; retrying (a missing RBAC rule if it persists)"
-                    )
-                else:
-                    raise
-                raise kopf.TemporaryError(message, delay=ERROR_BACKOFF_SECONDS) from None
-
-        return run
-
-    return decorate
+def needs_reconcile(body: Mapping[str, Any], type: str | None) -> bool:
+    """New to this process (a creation, the listing at start, a resync), or a spec its status has not
+    observed (an edit; for an episode, a renewal). The object's own status writes are neither."""
+    if type in (None, "ADDED"):
+        return True
+    generation = (body.get("metadata") or {}).get("generation")
+    return generation != (body.get("status") or {}).get("observedGeneration")
 
 
 def now() -> datetime:

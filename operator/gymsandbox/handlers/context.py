@@ -1,12 +1,11 @@
-"""What every handler shares, kept in kopf's memo: the cluster policy, the API access, the signing key."""
+"""What every handler shares: the cluster policy, the API access, the signing key, the stores and what is
+kept per object."""
 
 from __future__ import annotations
 
 import contextvars
 import fnmatch
-import heapq
 import logging
-import math
 import os
 import threading
 import time
@@ -19,6 +18,8 @@ from typing import Any, TypeVar
 from gymsandbox.api.names import LABEL_HOST_UID
 from gymsandbox.kube.client import Kube
 from gymsandbox.kube.events import EventPoster
+from gymsandbox.kube.later import Later
+from gymsandbox.kube.memo import Memo
 from gymsandbox.kube.store import Store, slim_network_policy, slim_pod, slim_secret
 from gymsandbox.leases import SigningKey
 from gymsandbox.policy.cluster import ClusterPolicy
@@ -26,8 +27,6 @@ from gymsandbox.policy.egress import BoundedResolver, Resolver
 
 # How often every object is reconciled even without events: drift repair and DNS re-resolution.
 RESYNC_SECONDS = float(os.environ.get("GYMSANDBOX_RESYNC_SECONDS", "10"))
-# Seconds before kopf retries a failed handler or timer (its own default is 60).
-ERROR_BACKOFF_SECONDS = 2.0
 # Handlers block on API calls; more threads than asyncio's default (CPUs + 4) keep episodes moving. Each
 # handler thread may have one helper thread making a request alongside it (OperatorContext.alongside).
 WORKERS = 32
@@ -52,7 +51,7 @@ def host_uid_of(pod: Mapping[str, Any]) -> str | None:
 
 class KeyedLocks:
     """One lock per key (an object's uid): reconciles of the same object never overlap across the create
-    handler, the timer and child events, which kopf runs in parallel threads."""
+    handler, the clock and child events, which the work queue runs under different keys."""
 
     def __init__(self) -> None:
         self._guard = threading.Lock()
@@ -86,61 +85,6 @@ class KeyedLocks:
     def __contains__(self, key: str) -> bool:
         with self._guard:
             return key in self._locks
-
-
-class Later:
-    """Calls made a little later, on one thread: at most one pending per key (the earliest wins). Each runs
-    in the context it was asked from. The calls wait in a heap (a key asked again for sooner leaves its
-    older entry behind, skipped when it comes up), and the thread is woken only by a call due before it
-    would wake anyway: a burst of thousands of deferred reconciles costs a log-time push each, not a scan of
-    every pending call."""
-
-    def __init__(self) -> None:
-        self._wakeup = threading.Condition()
-        self._pending: dict[str, tuple[float, Callable[[], None], contextvars.Context]] = {}
-        self._heap: list[tuple[float, str]] = []
-        self._sleeping_until = math.inf  # when the thread wakes on its own; inf while it is not waiting
-        self._thread: threading.Thread | None = None
-
-    def call(self, key: str, delay: float, fn: Callable[[], None]) -> None:
-        with self._wakeup:
-            when = time.monotonic() + delay
-            if key in self._pending and self._pending[key][0] <= when:
-                return
-            self._pending[key] = (when, fn, contextvars.copy_context())
-            heapq.heappush(self._heap, (when, key))
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="gymsandbox-later", daemon=True)
-                self._thread.start()
-            if when < self._sleeping_until:
-                self._wakeup.notify()
-
-    def _due(self, moment: float) -> list[tuple[Callable[[], None], contextvars.Context]]:
-        """Take the calls due at `moment` off the heap (under the lock)."""
-        calls = []
-        while self._heap and self._heap[0][0] <= moment:
-            when, key = heapq.heappop(self._heap)
-            pending = self._pending.get(key)
-            if pending is not None and pending[0] == when:  # else superseded by a sooner call of the key
-                del self._pending[key]
-                calls.append(pending[1:])
-        return calls
-
-    def _run(self) -> None:
-        while True:
-            with self._wakeup:
-                moment = time.monotonic()
-                calls = self._due(moment)
-                if not calls:
-                    self._sleeping_until = self._heap[0][0] if self._heap else moment + 60
-                    self._wakeup.wait(timeout=self._sleeping_until - moment)
-                    self._sleeping_until = math.inf
-                    continue
-            for fn, context in calls:
-                try:
-                    context.run(fn)
-                except Exception:  # the periodic passes repair what a deferred call missed
-                    LOG.exception("a deferred reconcile failed")
 
 
 class Coalesced:
@@ -199,7 +143,7 @@ class OperatorContext:
     policy: ClusterPolicy
     kube: Kube
     signing_key: SigningKey
-    # kopf namespace patterns this operator serves (globs, "!" excludes); empty: every namespace.
+    # Namespace patterns this operator serves (globs, "!" excludes); empty: every namespace.
     namespaces: tuple[str, ...] = ()
     locks: KeyedLocks = field(default_factory=KeyedLocks)
     # Per host uid: the host loop's runs, so that a burst of events plans once per run, not once per event.
@@ -223,15 +167,9 @@ class OperatorContext:
     later: Later = field(default_factory=Later)
     # Episode uids seen by the watch whose event handler has not run yet (it reconciles them itself).
     arriving: set[str] = field(default_factory=set)
-    # Per episode uid: its last policy verdict, with the spec generations (its own, its host's) it was made
-    # for; per host uid, the same for the host's own verdict.
-    judgements: dict[str, tuple[Any, Any]] = field(default_factory=dict)
-    host_judgements: dict[str, tuple[Any, Any]] = field(default_factory=dict)
-    # Per episode uid: its slot and phase as the planner last saw them, with the versions they were made for.
-    slots: dict[str, tuple[Any, Any]] = field(default_factory=dict)
-    # Per episode uid: the versions of it and of its pod, as stored, whose Ready the drift pass last found in
-    # agreement; it compares the two again only once either changes.
-    agreed: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    # What is derived from an object's inputs, per object and the versions of those inputs (kube/memo.py):
+    # an episode's verdict and its slot as the planner sees it, a host's verdict, a Ready found to agree.
+    memo: Memo = field(default_factory=Memo)
     # RuntimeClass names seen to exist, and when (a missing one is asked for again every time).
     runtime_classes: dict[str, float] = field(default_factory=dict)
     helpers: ThreadPoolExecutor = field(
@@ -249,7 +187,7 @@ class OperatorContext:
         return self.helpers.submit(contextvars.copy_context().run, fn)
 
     def watches(self, namespace: str) -> bool:
-        """Whether `namespace` is this operator's to handle, as kopf matches its --namespace patterns."""
+        """Whether `namespace` is this operator's to handle (its --namespace patterns)."""
         if not self.namespaces:
             return True
         included = [p for p in self.namespaces if not p.startswith("!")]
@@ -283,25 +221,21 @@ class OperatorContext:
         cutoff = time.monotonic() - idle_seconds
         for key in [k for k, moment in self._last_run.items() if moment < cutoff]:
             self._last_run.pop(key, None)
-        for per_host in (self.lingering, self.host_judgements):
-            for uid in [u for u in per_host if u not in self.locks]:
-                per_host.pop(uid, None)
-        for per_episode in (self.children, self.judgements, self.slots, self.admissions, self.agreed):
-            for uid in [u for u in per_episode if u not in self.locks]:
-                per_episode.pop(uid, None)
+        self.memo.prune(idle_seconds)
+        for per_object in (self.lingering, self.children, self.admissions):
+            for uid in [u for u in per_object if u not in self.locks]:
+                per_object.pop(uid, None)
 
     def forget_episode(self, uid: str) -> None:
         self.locks.forget(uid)
         self.admissions.pop(uid, None)
         self.children.pop(uid, None)
-        self.judgements.pop(uid, None)
-        self.slots.pop(uid, None)
-        self.agreed.pop(uid, None)
+        self.memo.forget(uid)
 
     def forget_host(self, uid: str) -> None:
         """Drop what is kept per host once it is gone: the maps stay as large as the live hosts."""
         self.lingering.pop(uid, None)
-        self.host_judgements.pop(uid, None)
+        self.memo.forget(uid)
         self.plans.forget(uid)
         self.locks.forget(uid)
         self.locks.forget(f"episodes/{uid}")

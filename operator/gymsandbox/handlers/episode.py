@@ -8,10 +8,9 @@ Two loops share the work, both level-based, both reading the stores the watches 
   the first conditions, in one status write; then its lease Secret (owner token) and NetworkPolicy at once,
   then its Pod; then its conditions. A change that is only a pod's progress towards Ready is written once it
   has lasted PROGRESS_SECONDS, so an episode whose pod starts at once costs two status writes in all.
-The host loop runs when an episode is created, changes its spec or is deleted, and on a short timer; the
-episode loop then, on its pod's events and from the drift pass. kopf does not watch episodes or their pods
-(handlers/watches.py does, and calls `episode_event` and `episode_pod_changed`), so it keeps nothing
-on them (no finalizer, no annotations); a spec change is a generation the status has not observed yet.
+The host loop runs when an episode is created, changes its spec or is deleted, and on the engine's clock
+(`episodes_tick`); the episode loop then, on its pod's events and from the drift pass. Episodes carry no
+finalizer and no annotation of ours; a spec change is a generation the status has not observed yet.
 """
 
 from __future__ import annotations
@@ -21,24 +20,22 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-import kopf
 from kubernetes.client.exceptions import ApiException
 
 from gymsandbox.api.conditions import ConditionType
-from gymsandbox.api.names import GROUP, LABEL_HOST, VERSION
+from gymsandbox.api.names import LABEL_HOST
 from gymsandbox.desired.owner import Manifest
 from gymsandbox.desired.pod import EPISODE_CONTAINER_NAME, episode_pod_name
 from gymsandbox.desired.secret import lease_secret_name
 from gymsandbox.handlers.common import (
     announce,
     failure_fields,
+    needs_reconcile,
     now,
-    observed,
     status_changed,
     timestamp,
 )
 from gymsandbox.handlers.context import (
-    ERROR_BACKOFF_SECONDS,
     RESYNC_SECONDS,
     Admission,
     OperatorContext,
@@ -213,22 +210,8 @@ def sync_and_refresh(
             refresh_episode(ctx, namespace, name)
 
 
-@kopf.index(GROUP, VERSION, "gymhosts")
-async def hosts_seen(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    memo.context.hosts.put(dict(body))
-
-
-def needs_reconcile(body: Mapping[str, Any], type: str | None) -> bool:
-    """New to this process (a creation, or the listing at start), or a spec its status has not observed (a
-    renewal). The episode's own status writes are neither."""
-    if type in (None, "ADDED"):
-        return True
-    generation = (body.get("metadata") or {}).get("generation")
-    return generation != (body.get("status") or {}).get("observedGeneration")
-
-
 def episode_seen(ctx: OperatorContext, type: str | None, body: Manifest) -> None:
-    """An episode's event, as its watch delivers it (handlers/watches.py): into the store at once
+    """An episode's event, as its watch delivers it (handlers/engine.py): into the store at once
     (admission reads it), and a new episode is `arriving` until its event has been handled."""
     meta = body["metadata"]
     if type == "DELETED":
@@ -275,17 +258,13 @@ def reconcile_episode(ctx: OperatorContext, namespace: str, name: str, host_name
         refresh_episode(ctx, namespace, name)
 
 
-@kopf.timer(GROUP, VERSION, "gymhosts", interval=REAP_SECONDS, backoff=ERROR_BACKOFF_SECONDS)
-@observed("episodes_tick")
-def episodes_tick(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    """Reaping, admission and drift repair on a clock: expiries happen without events, and so does a
-    restart's backlog. (Episodes get no timer of their own: kopf would put a finalizer on each, and a
-    deleted episode would then wait for the operator.)"""
-    ctx: OperatorContext = memo.context
-    host = dict(body)
-    ctx.hosts.put(host)
-    namespace = str(body.metadata.namespace)
-    sweep = ctx.due(f"sweep/{body.metadata.uid}", RESYNC_SECONDS)
+@METRICS.timed("episodes_tick")
+def episodes_tick(ctx: OperatorContext, _: str | None, host: Manifest) -> None:
+    """Reaping, admission and drift repair on a clock (handlers/engine.py, every REAP_SECONDS per host):
+    expiries happen without events, and so does a restart's backlog."""
+    meta = host["metadata"]
+    namespace = str(meta["namespace"])
+    sweep = ctx.due(f"sweep/{meta['uid']}", RESYNC_SECONDS)
     for name in sync_host_episodes(ctx, host, now(), sweep=sweep, retry=True):
         refresh_episode(ctx, namespace, name)
     if ctx.due(f"drift/{namespace}", RESYNC_SECONDS):  # one pass covers every host of the namespace
@@ -306,3 +285,23 @@ def episode_pod_changed(ctx: OperatorContext, type: str | None, body: Manifest) 
     if type == "DELETED" and isinstance(host_label, str) and any(ctx.lingering.values()):
         # A pod that held a slot without an open episode is gone: the next episode may take the slot now.
         sync_and_refresh(ctx, str(meta["namespace"]), host_label)
+
+
+@METRICS.timed("episode_child_deleted")
+def episode_child_deleted(ctx: OperatorContext, _: str | None, child: Manifest) -> None:
+    """An episode's lease Secret or NetworkPolicy is gone (deleted by hand, or with its episode): what was
+    remembered of its children is forgotten and a live episode reconciled, which makes the child again now
+    rather than at the next drift pass. An episode that is gone, closing, or of another uid is left alone."""
+    meta = child["metadata"]
+    refs = meta.get("ownerReferences") or []
+    owner = next((r for r in refs if r.get("kind") == "EpisodeSandbox" and r.get("controller")), None)
+    if owner is None:
+        return
+    namespace, name = str(meta["namespace"]), str(owner.get("name"))
+    episode = ctx.episodes.get(namespace, name)
+    if episode is None or episode["metadata"]["uid"] != owner.get("uid"):
+        return
+    if episode["metadata"].get("deletionTimestamp"):
+        return
+    ctx.children.pop(str(owner["uid"]), None)
+    refresh_episode(ctx, namespace, name)

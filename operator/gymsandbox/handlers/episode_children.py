@@ -52,8 +52,6 @@ from gymsandbox.status.pod import sandbox_overdue
 KIND: Kind = "EpisodeSandbox"
 # A RuntimeClass seen to exist is taken to exist for this long (a missing one is asked for every time).
 RUNTIME_CLASS_SECONDS = 10.0
-# A GymHost in the store is read from the API instead once its entry is this old (its timer refreshes it).
-HOST_STALE_SECONDS = 10.0
 # Children made this recently are not judged missing by the drift pass: their watch events may be on the way
 # (a burst delays them by seconds).
 WATCH_LAG_SECONDS = 10.0
@@ -66,12 +64,12 @@ class EpisodeChildren:
 
 
 def current_host(ctx: OperatorContext, namespace: str, name: str) -> Manifest | None:
-    """The host from the store while it is fresh (every host's timer puts it), else from the API."""
-    age = ctx.hosts.age(namespace, name)
-    if age is not None and age < HOST_STALE_SECONDS:
-        return ctx.hosts.get(namespace, name)
-    host = ctx.kube.get(GYMHOST, namespace, name)
-    ctx.hosts.put(host)
+    """The host as its watch keeps it (listed before any episode is handled); one not there yet (its event
+    still on the way) is read from the API."""
+    host = ctx.hosts.get(namespace, name)
+    if host is None:
+        host = ctx.kube.get(GYMHOST, namespace, name)
+        ctx.hosts.put(host)
     return host
 
 
@@ -255,13 +253,10 @@ def episodes_needing_repair(ctx: OperatorContext, namespace: str) -> list[str]:
             pod["metadata"].get("uid"),
             pod["metadata"].get("resourceVersion"),
         )
-        if versions[0] and versions[2] and ctx.agreed.get(meta["uid"]) == versions:
+        if versions[0] and versions[2] and ctx.memo.agrees(meta["uid"], "ready-agrees", versions):
             return False
         stale = ready_is_stale(episode.get("status") or {}, pod)
-        if stale:
-            ctx.agreed.pop(meta["uid"], None)
-        else:
-            ctx.agreed[meta["uid"]] = versions
+        ctx.memo.agreed(meta["uid"], "ready-agrees", None if stale else versions)
         return stale
 
     broken_uids = {e["metadata"]["uid"] for e in episodes if broken(e)}

@@ -14,7 +14,7 @@ from collections import Counter as Tally
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, cast
+from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
@@ -86,28 +86,23 @@ def judged(ctx: OperatorContext, episode: Mapping[str, Any], host: Manifest | No
         judged_host(ctx, host) if host is not None else None,
         bool(host_meta.get("deletionTimestamp")),
     )
-    cached = ctx.judgements.get(meta["uid"])
-    if cached is not None and cached[0] == key:
-        return cast(Judged, cached[1])
-    verdict = judge(ctx, episode, host)
-    ctx.judgements[meta["uid"]] = (key, verdict)
-    return verdict
+    return ctx.memo.get(meta["uid"], "judged", key, lambda: judge(ctx, episode, host))
 
 
 def judged_host(ctx: OperatorContext, host: Manifest) -> HostVerdict:
     """The host's whole verdict (policy/hosts.py, as its own reconcile judges it), judged again once its spec
-    changes or HOST_VERDICT_SECONDS pass: the Secrets and claims it names can change without its spec."""
-    meta, moment = host["metadata"], time.monotonic()
-    cached = ctx.host_judgements.get(meta["uid"])
-    if cached is not None:
-        (generation, judged_at), previous = cached
-        if generation == meta.get("generation") and moment - judged_at < HOST_VERDICT_SECONDS:
-            return cast(HostVerdict, previous)
-    verdict, _ = host_verdict(ctx.kube, host, ctx.policy, now())
-    if cached is not None and cached[1] == verdict:
-        verdict = cached[1]  # the same object: the episodes' caches compare it by identity first
-    ctx.host_judgements[meta["uid"]] = ((meta.get("generation"), moment), verdict)
-    return verdict
+    changes and in each window of HOST_VERDICT_SECONDS: the Secrets and claims it names can change without
+    its spec. An equal verdict stays the same object (kube/memo.py): the episodes' keys compare it by
+    identity first."""
+    meta = host["metadata"]
+    versions = (meta.get("generation"), int(time.monotonic() // HOST_VERDICT_SECONDS))
+    return ctx.memo.get(
+        meta["uid"],
+        "host-verdict",
+        versions,
+        lambda: host_verdict(ctx.kube, host, ctx.policy, now())[0],
+        same_if_equal=True,
+    )
 
 
 def effective_ttl(spec: EpisodeSandboxSpec, host: GymHostSpec, ctx: OperatorContext) -> int:
@@ -192,16 +187,16 @@ def planned_slot(ctx: OperatorContext, episode: Mapping[str, Any], host: Manifes
         judged_host(ctx, host),
         bool(host_meta.get("deletionTimestamp")),
     )
-    cached = ctx.slots.get(meta["uid"])
-    if cached is not None and cached[0] == key:
-        return cast(Planned, cached[1])
-    value = Planned(
-        slot(ctx, episode, judged(ctx, episode, host)),
-        episode_phase(episode),
-        parse_time((episode.get("status") or {}).get("expiresAt")),
+    return ctx.memo.get(
+        meta["uid"],
+        "planned",
+        key,
+        lambda: Planned(
+            slot(ctx, episode, judged(ctx, episode, host)),
+            episode_phase(episode),
+            parse_time((episode.get("status") or {}).get("expiresAt")),
+        ),
     )
-    ctx.slots[meta["uid"]] = (key, value)
-    return value
 
 
 def host_episodes(ctx: OperatorContext, host: Manifest) -> list[Manifest]:

@@ -1,47 +1,43 @@
-"""GymHost handlers: one level-based reconcile serves create, resume, spec updates, the drift timer and
-pod events. It parses the spec, applies policy, creates or repairs the children in order (lease Secret
-and NetworkPolicy before the Pod), observes them and writes only `status`.
+"""GymHost handlers. One level-based reconcile serves every trigger (a watch event, the listing at start, the
+clock's resync, an event of the host's pod): gather what the host's plan depends on, plan (plan/hosts.py,
+pure), apply the writes in their order (lease Secret and NetworkPolicy before the Pod), and write `status`
+once if it changed. A host gets our finalizer first; a host being deleted is released, then let go.
 """
 
 from __future__ import annotations
 
+import logging
 from collections import Counter as Tally
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-import kopf
 from kubernetes.client.exceptions import ApiException
 
 from gymsandbox.api.conditions import Reason
 from gymsandbox.api.gymhost import GymHostSpec
-from gymsandbox.api.names import FINALIZER, GROUP, VERSION
+from gymsandbox.api.names import FINALIZER
 from gymsandbox.desired.labels import host_sandbox_pods_selector
-from gymsandbox.desired.networkpolicy import egress_policy, egress_policy_name, egress_rules
+from gymsandbox.desired.networkpolicy import egress_policy_name
 from gymsandbox.desired.owner import Manifest, Owner
-from gymsandbox.desired.pod import CONTAINER_NAME, host_pod, host_pod_name
-from gymsandbox.desired.service import host_endpoint, host_service
+from gymsandbox.desired.pod import CONTAINER_NAME, host_pod_name
+from gymsandbox.desired.secret import lease_secret_name
+from gymsandbox.desired.service import host_service_name
 from gymsandbox.desired.workspace import host_episodes_sub_path, host_workspace_sub_path
-from gymsandbox.handlers.children import delete_pod, ensure_network_policy, ensure_pod, ensure_service
+from gymsandbox.handlers.children import apply_write, delete_pod
 from gymsandbox.handlers.common import (
     announce,
     failure_fields,
+    needs_reconcile,
     now,
-    observed,
     parse_time,
     sandbox_error,
     status_changed,
     timestamp,
 )
-from gymsandbox.handlers.context import (
-    ERROR_BACKOFF_SECONDS,
-    IDLE_SECONDS,
-    PRUNE_SECONDS,
-    RESYNC_SECONDS,
-    OperatorContext,
-)
-from gymsandbox.handlers.leases import ensure_lease_secret
+from gymsandbox.handlers.context import OperatorContext
+from gymsandbox.handlers.leases import secret_token, token_still_valid
 from gymsandbox.kube.client import (
     EPISODE,
     GYMHOST,
@@ -50,40 +46,33 @@ from gymsandbox.kube.client import (
     PVC,
     RUNTIME_CLASS,
     SECRET,
+    SERVICE,
     STORAGE_CLASS,
     ChildConflictError,
     Kube,
+    api_refusal,
+    create_or_adopt,
     namespace_terminating,
 )
-from gymsandbox.leases import Claims, Kind, Scope
+from gymsandbox.kube.client import KINDS as KINDS_BY_NAME
+from gymsandbox.kube.informer import RetryError
+from gymsandbox.kube.store import newer
+from gymsandbox.leases import Claims, Kind, Scope, issue
 from gymsandbox.metrics import METRICS, host_phase
+from gymsandbox.plan.hosts import HostPlan, HostWorld, plan_host, with_pod
 from gymsandbox.policy.admission import Refusal
 from gymsandbox.policy.cluster import ClusterPolicy
-from gymsandbox.policy.egress import EgressError, ResolutionError, ResolvedTarget, egress_targets, resolve
-from gymsandbox.policy.hosts import HostReferences, HostVerdict, host_expiry, judge_host, parse_host_spec
+from gymsandbox.policy.egress import EgressError, ResolutionError, egress_targets, resolve
+from gymsandbox.policy.hosts import HostReferences, HostVerdict, judge_host, parse_host_spec
 from gymsandbox.policy.references import claim_names, secret_values
 from gymsandbox.status.conditions import merge_conditions
 from gymsandbox.status.gymhost import HostObservation, compute_host_conditions
 
 KIND: Kind = "GymHost"
 RESOURCE = "gymhosts"
-
-
-@dataclass(frozen=True)
-class Children:
-    """What the reconcile saw or made, for the status fields beside the conditions."""
-
-    lease_secret_name: str | None = None
-    endpoint: str | None = None
-    resolved: tuple[ResolvedTarget, ...] = ()
-    # Kept in memory only, to redact from log tails: the host's token and its envFrom Secrets' values.
-    secrets: tuple[str, ...] = ()
-
-
-def expiry(meta: Mapping[str, Any], spec: GymHostSpec, policy: ClusterPolicy) -> datetime:
-    created = parse_time(meta["creationTimestamp"])
-    assert created is not None  # the API server always sets it
-    return host_expiry(created, spec, policy)
+# A host being deleted whose release the API server refuses is retried this long, then let go.
+RELEASE_PATIENCE_SECONDS = 30.0
+LOG = logging.getLogger("gymsandbox")
 
 
 def read_references(kube: Kube, namespace: str, parsed: GymHostSpec | Refusal) -> HostReferences:
@@ -133,69 +122,42 @@ def binds_on_first_use(kube: Kube, claim: Mapping[str, Any]) -> bool:
     return storage_class is not None and storage_class.get("volumeBindingMode") == "WaitForFirstConsumer"
 
 
-def observe(
-    ctx: OperatorContext, body: Mapping[str, Any], now: datetime
-) -> tuple[HostObservation, Children, GymHostSpec | None]:
-    """Make the world match the spec as far as policy allows, and report what is there. A child name taken
-    by an object this host does not control is a refusal, not a crash loop."""
-    try:
-        return _observe(ctx, body, now)
-    except ChildConflictError as e:
-        return HostObservation(refusal=Refusal(Reason.CHILD_CONFLICT, str(e))), Children(), None
-
-
-def _observe(
-    ctx: OperatorContext, body: Mapping[str, Any], now: datetime
-) -> tuple[HostObservation, Children, GymHostSpec | None]:
-    kube, meta = ctx.kube, body["metadata"]
+def gather(ctx: OperatorContext, host: Mapping[str, Any], now: datetime) -> HostWorld:
+    """Read what the host's plan depends on, once (plan/hosts.py): its verdict, its allowlist resolved now,
+    its children and what they need. A host that may not run needs only its pod read."""
+    kube, meta = ctx.kube, host["metadata"]
     owner = Owner(KIND, meta["name"], meta["namespace"], meta["uid"])
-    pod_name = host_pod_name(owner)
-    verdict, references = host_verdict(kube, body, ctx.policy, now)
-    if verdict.refusal or verdict.spec is None:
-        delete_pod(kube, owner, pod_name)  # a spec that is no longer admitted must not keep running
-        return HostObservation(refusal=verdict.refusal), Children(), None
-    spec, env_secrets, expires_at = verdict.spec, references.secrets, verdict.expires_at
-    assert expires_at is not None  # judged for every spec that passes
-    if verdict.expired:
-        delete_pod(kube, owner, pod_name)
-        if spec.lifetime.expiry_policy == "Delete" and kube.delete(
-            GYMHOST, owner.namespace, owner.name, uid=owner.uid
-        ):
-            lag = (datetime.now(UTC) - expires_at).total_seconds()
-            METRICS.reaped(RESOURCE, "expired", lag)
-        return HostObservation(expired=True), Children(), spec
+    verdict, references = host_verdict(kube, host, ctx.policy, now)
+    pod = kube.get(POD, owner.namespace, host_pod_name(owner))
+    world = HostWorld(owner, verdict, now, pod=pod)
+    if verdict.spec is None or not verdict.runs or verdict.expires_at is None:
+        return world
+    spec = verdict.spec
     try:
-        resolved: list[ResolvedTarget] | None = resolve(
-            egress_targets(spec.egress),
-            ctx.policy.egress.static_hosts,
-            ctx.resolver,
-            allowed_private=ctx.policy.egress.allowed_private_networks,
-            denied=ctx.policy.egress.denied_networks,
+        resolved = tuple(
+            resolve(
+                egress_targets(spec.egress),
+                ctx.policy.egress.static_hosts,
+                ctx.resolver,
+                allowed_private=ctx.policy.egress.allowed_private_networks,
+                denied=ctx.policy.egress.denied_networks,
+            )
         )
-        egress_error = None
+        dns_error = None
     except ResolutionError as e:
-        resolved, egress_error = None, str(e)
+        resolved, dns_error = None, str(e)
     except EgressError as e:
-        delete_pod(kube, owner, pod_name)
-        return HostObservation(refusal=Refusal(Reason.EGRESS_INVALID, str(e))), Children(), spec
-    host_claims = Claims(
+        return replace(world, egress_refusal=Refusal(Reason.EGRESS_INVALID, str(e)))
+    claims = Claims(
         kind=KIND,
         namespace=owner.namespace,
         name=owner.name,
         uid=owner.uid,
         scope=Scope.HOST,
-        expires_at=int(expires_at.timestamp()),
+        expires_at=int(verdict.expires_at.timestamp()),
     )
-    secret_name, token = ensure_lease_secret(kube, owner, ctx.signing_key, host_claims, int(now.timestamp()))
-    if resolved is not None:
-        network_policy: Manifest | None = ensure_network_policy(
-            kube, owner, egress_policy(owner, egress_rules(ctx.policy, resolved))
-        )
-    else:
-        network_policy = kube.get(NETWORK_POLICY, owner.namespace, egress_policy_name(owner))
-    ensure_service(kube, owner, host_service(owner, spec))
-    secrets = (token, *secret_values(env_secrets))
-    children = Children(secret_name, host_endpoint(owner, spec), tuple(resolved or ()), secrets)
+    secret = kube.get(SECRET, owner.namespace, lease_secret_name(owner))
+    token = secret_token(secret) if secret is not None else None
     profile = ctx.policy.runtime_profiles[spec.runtime]
     runtime_missing = None
     if kube.get(RUNTIME_CLASS, None, profile.runtime_class_name) is None:
@@ -203,42 +165,82 @@ def _observe(
             f"RuntimeClass {profile.runtime_class_name} (profile {spec.runtime}) does not exist;"
             " the pod is not created rather than run in another runtime"
         )
-    pod = None
-    if network_policy is not None and runtime_missing is None:
-        pod = ensure_pod(kube, owner, host_pod(owner, spec, ctx.policy, secret_name))
-    observation = HostObservation(
-        egress_error=egress_error,
+    return replace(
+        world,
+        resolved=resolved,
+        dns_error=dns_error,
+        lease_secret=secret,
+        lease_token=token,
+        lease_token_valid=token is not None
+        and token_still_valid(token, ctx.signing_key, owner, claims, int(now.timestamp())),
+        issued_token=issue(claims, ctx.signing_key),
+        network_policy=kube.get(NETWORK_POLICY, owner.namespace, egress_policy_name(owner)),
+        service=kube.get(SERVICE, owner.namespace, host_service_name(owner)),
         runtime_class_missing=runtime_missing,
         claim_problem=claim_problem(kube, owner.namespace, spec),
-        pod=pod,
         sandbox_error=sandbox_error(kube, pod, now),
+        redact=tuple(secret_values(references.secrets)),
     )
-    return observation, children, spec
+
+
+def apply(kube: Kube, owner: Owner, plan: HostPlan, pod: Manifest | None) -> Manifest | None:
+    """Make the plan's writes in their order; the pod as they leave it (`pod`: as read). A child created
+    meanwhile under a taken name is a ChildConflictError (create_or_adopt)."""
+    for step in plan.writes:
+        kind = KINDS_BY_NAME[step.kind]
+        if step.write.verb == "create" and step.desired is not None:
+            made, _ = create_or_adopt(kube, step.desired, owner.uid, fresh=True)
+        elif step.grace_seconds is not None:
+            grace = step.grace_seconds
+            kube.delete(kind, owner.namespace, step.name, uid=step.write.uid, grace_seconds=grace)
+            made = None
+        else:
+            live = pod if step.kind == "Pod" and pod is not None else {"metadata": {"name": step.name}}
+            made = apply_write(kube, kind, owner, live, step.write)
+        if step.kind == "Pod":
+            pod = made
+    return pod
+
+
+def reconcile(
+    ctx: OperatorContext, host: Mapping[str, Any], now: datetime
+) -> tuple[HostObservation, HostPlan]:
+    """Gather, plan, apply; what the conditions are computed from, and the plan (its status fields)."""
+    world = gather(ctx, host, now)
+    plan = plan_host(world, ctx.policy)
+    try:
+        pod = apply(ctx.kube, world.owner, plan, world.pod)
+    except ChildConflictError as e:
+        return HostObservation(refusal=Refusal(Reason.CHILD_CONFLICT, str(e))), HostPlan()
+    owner = world.owner
+    if plan.delete_host and ctx.kube.delete(GYMHOST, owner.namespace, owner.name, uid=owner.uid):
+        lag = (datetime.now(UTC) - plan.expires_at).total_seconds() if plan.expires_at else 0.0
+        METRICS.reaped(RESOURCE, "expired", lag)
+    return with_pod(plan, pod), plan
 
 
 def status_fields(ctx: OperatorContext, body: Mapping[str, Any], now: datetime) -> dict[str, Any]:
     """The full new `status` (merge-patch form: None removes a field)."""
     meta = body["metadata"]
     previous = body.get("status") or {}
-    observation, children, spec = observe(ctx, body, now)
+    observation, plan = reconcile(ctx, body, now)
     verdict = compute_host_conditions(observation)
     generation = int(meta.get("generation") or 0)
     conditions = merge_conditions(previous.get("conditions") or [], verdict.conditions, generation, now)
-    failure = failure_fields(ctx.kube, verdict.failure, observation.pod, CONTAINER_NAME, children.secrets)
+    failure = failure_fields(ctx.kube, verdict.failure, observation.pod, CONTAINER_NAME, plan.secrets)
     pod = observation.pod or {}
-    expires_at = expiry(meta, spec, ctx.policy) if spec else None
     announce(ctx, body, previous, verdict.conditions, verdict.failure)
     return {
         "observedGeneration": generation,
         "conditions": conditions,
-        "endpoint": children.endpoint,
+        "endpoint": plan.endpoint,
         "podName": pod.get("metadata", {}).get("name"),
         "podIP": (pod.get("status") or {}).get("podIP"),
-        "leaseSecretName": children.lease_secret_name,
+        "leaseSecretName": plan.lease_secret_name,
         "workspaceSubPath": host_workspace_sub_path(meta["uid"]),
         "episodesSubPath": host_episodes_sub_path(meta["uid"]),
-        "expiresAt": timestamp(expires_at),
-        "resolvedEgress": [{"entry": r.entry, "addresses": list(r.cidrs)} for r in children.resolved],
+        "expiresAt": timestamp(plan.expires_at),
+        "resolvedEgress": [{"entry": r.entry, "addresses": list(r.cidrs)} for r in plan.resolved],
         "failure": failure,
     }
 
@@ -247,100 +249,114 @@ def refresh_host(ctx: OperatorContext, body: Mapping[str, Any]) -> None:
     """Reconcile one host and write its status, never two at once for the same host."""
     meta = body["metadata"]
     with ctx.locks(meta["uid"]):
+        ctx.mark(f"resync/{meta['uid']}")  # the clock's next resync of it comes RESYNC_SECONDS from now
         try:
             status = status_fields(ctx, body, now())
             METRICS.hosts.set(meta["uid"], meta["namespace"], Tally([host_phase(status)]))
             if status_changed(body.get("status") or {}, status):
-                ctx.kube.patch_status(GYMHOST, meta["namespace"], meta["name"], status)
+                ctx.hosts.put(ctx.kube.patch_status(GYMHOST, meta["namespace"], meta["name"], status))
         except ApiException as e:
             if e.status == 404 or namespace_terminating(e):
                 return  # deleted meanwhile: nothing left to reconcile
             raise
 
 
-@kopf.on.resume(GROUP, VERSION, "gymhosts", backoff=ERROR_BACKOFF_SECONDS)
-@kopf.on.create(GROUP, VERSION, "gymhosts", backoff=ERROR_BACKOFF_SECONDS)
-@kopf.on.update(GROUP, VERSION, "gymhosts", field="spec", backoff=ERROR_BACKOFF_SECONDS)
-@observed("gymhost_reconcile")
-def reconcile(body: kopf.Body, memo: kopf.Memo, reason: str, **_: Any) -> None:
-    if reason == "create":
-        METRICS.created(str(body.metadata.uid), str(body.metadata.creation_timestamp))
-    refresh_host(memo.context, body)
+@METRICS.timed("gymhost_reconcile")
+def host_event(ctx: OperatorContext, type: str | None, body: Manifest) -> None:
+    """The host's own watch event, or its listing at start (None)."""
+    handle_host(ctx, type, body)
 
 
-@kopf.timer(
-    GROUP,
-    VERSION,
-    "gymhosts",
-    interval=RESYNC_SECONDS,
-    initial_delay=RESYNC_SECONDS,
-    backoff=ERROR_BACKOFF_SECONDS,
-)
-@observed("gymhost_resync")
-def resync(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    """Drift correction and DNS re-resolution, level-based: the same reconcile on a timer."""
-    ctx: OperatorContext = memo.context
-    refresh_host(ctx, body)
-    if ctx.due("prune", PRUNE_SECONDS):
-        ctx.prune()
-        METRICS.prune(IDLE_SECONDS, started_seconds=IDLE_SECONDS * 24)
+@METRICS.timed("gymhost_resync")
+def host_resync(ctx: OperatorContext, type: str | None, body: Manifest) -> None:
+    """The engine's clock: RESYNC_SECONDS since the host's last reconcile (drift repair, DNS again)."""
+    handle_host(ctx, type, body)
 
 
 @METRICS.timed("gymhost_pod_changed")
 def host_pod_changed(ctx: OperatorContext, type: str | None, body: Manifest) -> None:
-    """A host pod's event, as its watch delivers it (handlers/watches.py): its owner's status follows it
-    now rather than at the next resync (but not for a listing: kopf resumes every host at start)."""
+    """An event of the host's pod: its status follows the pod now rather than at the next resync."""
+    handle_host(ctx, type, body)
+
+
+def handle_host(ctx: OperatorContext, type: str | None, body: Manifest) -> None:
+    """Everything that happens to a host, as the work queue hands it over (handlers/engine.py): a watch
+    event, the listing at start (None), the clock's resync (None) or an event of its pod (None).
+
+    A host gets our finalizer before anything is made for it; a host being deleted is released (its pods and
+    episodes ended at once) and then let go. Otherwise it is reconciled when this process has not done so
+    yet (a listing, a creation, a resync, a pod's event) or when its spec changed (a generation its status
+    has not observed): its own status writes are neither."""
     meta = body["metadata"]
-    owner_ref = next((r for r in meta.get("ownerReferences") or [] if r.get("kind") == KIND), None)
-    if owner_ref is None or type is None:
+    if type == "DELETED":
+        ctx.forget_host(meta["uid"])
+        METRICS.forget_host(meta["uid"])
         return
-    host = ctx.kube.get(GYMHOST, str(meta["namespace"]), owner_ref["name"])
-    if (
-        host is None
-        or host["metadata"]["uid"] != owner_ref["uid"]
-        or host["metadata"].get("deletionTimestamp")
-    ):
+    stored = ctx.hosts.get(meta["namespace"], meta["name"])
+    if stored is not None and stored["metadata"].get("uid") == meta["uid"] and newer(stored, body):
+        body, meta = stored, stored["metadata"]  # an event queued before this process's own last write
+    if meta.get("deletionTimestamp"):
+        if FINALIZER in (meta.get("finalizers") or []):
+            let_go(ctx, body)
         return
-    refresh_host(ctx, host)
+    if type == "ADDED":
+        METRICS.created(str(meta["uid"]), str(meta.get("creationTimestamp")))
+    if FINALIZER not in (meta.get("finalizers") or []):
+        held = hold(ctx, body)
+        if held is None:
+            return
+        body = held
+    if needs_reconcile(body, type):
+        refresh_host(ctx, body)
 
 
-@kopf.on.event("", "v1", "namespaces")
-@observed("namespace_event")
-def namespace_event(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    """Release the hosts of a namespace being deleted. kopf stops watching a terminating namespace as soon
-    as its conditions say nothing remains, which can come before the namespace controller marks our
-    objects deleted; their finalizer would then hold the namespace in Terminating forever."""
-    ctx: OperatorContext = memo.context
-    namespace = str(body.metadata.name)
-    if not body.metadata.get("deletionTimestamp") or not ctx.watches(namespace):
-        return
-    release_hosts(ctx, namespace, ctx.kube.list(GYMHOST, namespace))
+def hold(ctx: OperatorContext, host: Manifest) -> Manifest | None:
+    """Add our finalizer (compare-and-swap on the version read: a change meanwhile is retried with it);
+    the host as written, or None when it is gone."""
+    meta = host["metadata"]
+    finalizers = [*(meta.get("finalizers") or []), FINALIZER]
+    written = finalizers_swapped(ctx, host, finalizers)
+    if written is not None:
+        ctx.hosts.put(written)
+    return written
 
 
-def release_hosts(ctx: OperatorContext, namespace: str, hosts: list[Manifest]) -> None:
-    """Release each listed host and drop our finalizer. A host gone since the list is done with; one
-    changed since is retried on the next event (kopf.TemporaryError, no traceback)."""
-    for host in hosts:
-        meta = host["metadata"]
-        finalizers = list(meta.get("finalizers") or [])
-        if FINALIZER not in finalizers:
-            continue
-        release(ctx, Owner(KIND, meta["name"], namespace, meta["uid"]))
-        kept = [f for f in finalizers if f != FINALIZER]
-        # resourceVersion makes it a compare-and-swap: a concurrent change wins and the next event retries.
-        try:
-            ctx.kube.patch(
-                GYMHOST,
-                namespace,
-                meta["name"],
-                {"metadata": {"finalizers": kept, "resourceVersion": meta["resourceVersion"]}},
-            )
-        except ApiException as e:
-            if e.status == 404:
-                continue
-            if e.status == 409:
-                raise kopf.TemporaryError(f"gymhost {meta['name']} changed meanwhile", delay=1) from None
+def let_go(ctx: OperatorContext, host: Manifest) -> None:
+    """Release a host being deleted, then remove our finalizer (compare-and-swap, as `hold`). A release the
+    API server refuses (RBAC, or an authorizer still loading after a restart) is retried for
+    RELEASE_PATIENCE_SECONDS from the deletion, then left to the garbage collector: a finalizer must not
+    hold a host, and its namespace, forever."""
+    meta = host["metadata"]
+    deleted_at = parse_time(meta.get("deletionTimestamp")) or now()
+    patient = (now() - deleted_at).total_seconds() < RELEASE_PATIENCE_SECONDS
+    try:
+        release(ctx, Owner(KIND, meta["name"], meta["namespace"], meta["uid"]))
+    except ApiException as e:
+        refusal = api_refusal(e)
+        if refusal is None or patient:
             raise
+        LOG.warning(
+            "GymHost %s/%s: releasing it was refused (%s); its children are left to the garbage collector",
+            meta["namespace"],
+            meta["name"],
+            refusal,
+        )
+    finalizers_swapped(ctx, host, [f for f in meta.get("finalizers") or [] if f != FINALIZER])
+
+
+def finalizers_swapped(ctx: OperatorContext, host: Manifest, finalizers: list[str]) -> Manifest | None:
+    """The host with `finalizers`, written only over the version read (resourceVersion makes the patch a
+    compare-and-swap). None when the host is gone; RetryError when it changed since it was read."""
+    meta = host["metadata"]
+    change = {"metadata": {"finalizers": finalizers, "resourceVersion": meta["resourceVersion"]}}
+    try:
+        return ctx.kube.patch(GYMHOST, meta["namespace"], meta["name"], change)
+    except ApiException as e:
+        if e.status == 404:
+            return None
+        if e.status == 409:
+            raise RetryError(f"GymHost {meta['name']} changed meanwhile") from None
+        raise
 
 
 def release(ctx: OperatorContext, owner: Owner) -> None:
@@ -351,13 +367,4 @@ def release(ctx: OperatorContext, owner: Owner) -> None:
     ctx.kube.delete_collection(EPISODE, owner.namespace, fields=f"spec.hostRef.name={owner.name}")
     ctx.kube.delete_collection(POD, owner.namespace, labels=host_sandbox_pods_selector(owner.uid))
     ctx.forget_host(owner.uid)
-    ctx.hosts.remove({"metadata": {"namespace": owner.namespace, "name": owner.name, "uid": owner.uid}})
     METRICS.forget_host(owner.uid)
-
-
-@kopf.on.delete(GROUP, VERSION, "gymhosts", retries=5, backoff=2)
-@observed("gymhost_cleanup")
-def cleanup(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    """Bounded by retries: after them kopf gives up, posts the error and releases the finalizer."""
-    ctx: OperatorContext = memo.context
-    release(ctx, Owner(KIND, str(body.metadata.name), str(body.metadata.namespace), str(body.metadata.uid)))

@@ -145,10 +145,11 @@ class LeaderElection:
         meta["labels"] = {**(meta.get("labels") or {}), LABEL_MANAGED_BY: MANAGED_BY}
         return {"apiVersion": LEASE.api_version, "kind": "Lease", "metadata": meta, "spec": spec}
 
-    def acquire(self) -> None:
-        """Wait until this instance leads (or `stop`)."""
+    def acquire(self, until: threading.Event | None = None) -> None:
+        """Wait until this instance leads (or `until` is set: a signal to stop while waiting)."""
         said: str | None = None
-        while not self._stop.is_set():
+        until = until or threading.Event()
+        while not self._stop.is_set() and not until.is_set():
             try:
                 if self.step():
                     LOG.info("gymsandbox operator leading (%s, as %s)", self.where, self.identity)
@@ -164,7 +165,7 @@ class LeaderElection:
                     said = self.other
             except Exception as e:  # the API server out of reach or refusing: look again
                 LOG.warning("gymsandbox operator cannot read %s: %s", self.where, _words(e))
-            self._stop.wait(RETRY_SECONDS)
+            until.wait(RETRY_SECONDS)
 
     def keep(self, on_lost: Callable[[str], None]) -> threading.Thread:
         """Renew every RETRY_SECONDS on a thread of its own; `on_lost(holder)` once another one holds it."""
@@ -199,6 +200,7 @@ class LeaderElection:
     def release(self) -> None:
         """Stop renewing and, if this instance holds the Lease, hand it over at once (a stop in order)."""
         self._stop.set()
+        self._renewed_at = None  # fenced from now on: a handler still running writes nothing more
         if not self._led:
             return
         try:

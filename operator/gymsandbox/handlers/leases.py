@@ -26,7 +26,7 @@ def secret_token(secret: Manifest) -> str | None:
         return None
 
 
-def _still_valid(token: str, key: SigningKey, owner: Owner, wanted: Claims, now: int) -> bool:
+def token_still_valid(token: str, key: SigningKey, owner: Owner, wanted: Claims, now: int) -> bool:
     """The token verifies for this very object and says what `wanted` says (scope, rollout, expiry)."""
     try:
         claims = verify(
@@ -57,7 +57,7 @@ def ensure_lease_secret(
     if created:
         return name, token
     current = secret_token(secret)
-    valid = current is not None and _still_valid(current, key, owner, wanted, now)
+    valid = current is not None and token_still_valid(current, key, owner, wanted, now)
     write = plan_lease_secret(secret, desired, owner.uid, valid=valid)
     apply_write(kube, SECRET, owner, secret, write)
     return name, current if write.verb == "keep" and current is not None else token

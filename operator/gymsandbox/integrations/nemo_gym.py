@@ -3,7 +3,7 @@
 Published under the entry-point group `nemo_gym.sandbox_providers` as `gymsandbox`. It runs inside a
 GymHost pod and talks only to the episode broker, with the host's lease (`AsyncBrokerClient.from_environment`:
 the mounted token file, reread once on a 401). Each sandbox is one episode. Needs nemo-gym (>= 0.4) and
-the light client (httpx, pydantic); never kopf or the Kubernetes client.
+the light client (httpx, pydantic); never the Kubernetes client.
 
 How a `SandboxSpec` becomes an episode (`episode_fields`), and what is refused (`SandboxSpecError`, a
 `SandboxCreateError` of kind Policy): see docs/nemo-gym.md. Results and errors:

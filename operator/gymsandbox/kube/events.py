@@ -1,9 +1,9 @@
 """Warning events about the operator's objects (a refusal, a failure), posted on a thread of their own.
 
-Handlers run on kopf's threads and on the episode watches' work queue (kube/informer.py); kopf's own
-posting works only inside kopf's handlers, so every event goes through an `EventPoster` instead. Posting
-never holds up a reconcile: the event waits in a bounded queue, and one the API server refuses or does
-not take is logged in a line and dropped (the object's status is the record; the event is a courtesy).
+Handlers run on the engine's work queue (kube/informer.py); every event goes through an `EventPoster`, so
+that posting never holds up a reconcile: the event waits in a bounded queue, and one the API server refuses
+or does not take is logged in a line and dropped (the object's status is the record; the event is a
+courtesy).
 """
 
 from __future__ import annotations

@@ -1,22 +1,22 @@
-"""The watches kept off kopf (episodes and the operator's children), and the work queue they feed.
+"""The watches (every kind the operator reads), and the work queue they feed.
 
-kopf spends about 1.7 ms of its event loop on every event of every object it watches (its indexes, its cause
-detection, a task per object), and keeps a backlog of whole events per object: in a burst of episodes that
-was half of the operator's CPU, which the API server then lacks. An `Informer` lists one kind (by label, a
-page at a time), then watches it from the listing's version, in a thread of its own: it feeds a Store and
-hands every event on. The watch is restarted where it stopped when the API server ends it or goes quiet
-(stalled), and listed again when that version is gone (410 after a compaction); a listing that no longer
-shows an object it held is that object's deletion. A `WorkQueue` runs the events on worker threads: one key
-at a time, and the events a key gets while it is being handled are merged into one.
+An `Informer` lists one kind (by label, a page at a time), then watches it from the listing's version, in a
+thread of its own: it feeds a Store and hands every event on. The watch is restarted where it stopped when
+the API server ends it or goes quiet (stalled), and listed again when that version is gone (410 after a
+compaction); a listing that no longer shows an object it held is that object's deletion. A `WorkQueue` runs
+the events on worker threads: one key at a time, and the events a key gets while it is being handled are
+merged into one.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any
 
 import urllib3
@@ -24,6 +24,7 @@ from kubernetes.client.exceptions import ApiException
 
 from gymsandbox.desired.owner import Manifest
 from gymsandbox.kube.client import Kind, Kube, api_outage, api_refusal
+from gymsandbox.kube.later import Later
 from gymsandbox.kube.store import Store
 from gymsandbox.metrics import METRICS
 
@@ -33,6 +34,9 @@ WATCH_SECONDS = 120
 WATCH_IDLE_SECONDS = 150.0
 # Between attempts while the API server does not answer.
 RETRY_SECONDS = 1.0
+# A failed handler's key is handled again after this long, doubled at each failure in a row up to the max.
+RETRY_BASE_SECONDS = 2.0
+RETRY_MAX_SECONDS = 30.0
 
 Handle = Callable[[str | None, Manifest], None]  # (event type: None for a listing, the object)
 
@@ -43,38 +47,65 @@ RANK = {"MODIFIED": 0, None: 1, "ADDED": 1, "DELETED": 2}
 
 class WorkQueue:
     """Events by key, handled on `workers` threads: a key by one thread at a time; the events that arrive for
-    a key while it waits or is being handled become one (the higher-ranked type, the latest object)."""
+    a key while it waits or is being handled become one (the higher-ranked type, the latest object). A key
+    whose handler fails is handled again after a backoff (RETRY_BASE_SECONDS, doubling to RETRY_MAX_SECONDS
+    while it keeps failing), unless a newer event of it came meanwhile: one retry policy for every kind."""
 
-    def __init__(self, workers: int, name: str = "events") -> None:
+    def __init__(self, workers: int, name: str = "events", *, later: Later | None = None) -> None:
         self._cond = threading.Condition()
         self._ready: deque[str] = deque()
         self._pending: dict[str, tuple[str | None, Manifest, Handle]] = {}
         self._active: set[str] = set()
+        self._failures: dict[str, int] = {}  # consecutive failures per key, while it keeps failing
+        self._retries: dict[str, int] = {}  # per key, the ticket of the retry it waits for
+        self._tickets = itertools.count()
         self._stopped = False
         self._workers, self._name = workers, name
+        self._later = later if later is not None else Later()
 
     def start(self) -> None:
         for n in range(self._workers):
             threading.Thread(target=self._work, name=f"{self._name}-{n}", daemon=True).start()
 
-    def stop(self) -> None:
+    def stop(self, wait_seconds: float = 0.0) -> None:
+        """Take no more work; wait up to `wait_seconds` for the keys being handled to finish."""
+        deadline = time.monotonic() + wait_seconds
         with self._cond:
             self._stopped = True
             self._cond.notify_all()
+            while self._active and time.monotonic() < deadline:
+                self._cond.wait(deadline - time.monotonic())
 
     def add(self, key: str, type: str | None, body: Manifest, handle: Handle) -> None:
         with self._cond:
-            waiting = self._pending.get(key)
-            if waiting is not None and RANK[waiting[0]] > RANK[type]:
-                type = waiting[0]
-            self._pending[key] = (type, body, handle)
-            if waiting is None and key not in self._active:
-                self._ready.append(key)
-                self._cond.notify()
+            self._retries.pop(key, None)  # a new event supersedes a failed one's retry
+            self._add(key, type, body, handle)
+
+    def _add(self, key: str, type: str | None, body: Manifest, handle: Handle) -> None:
+        waiting = self._pending.get(key)
+        if waiting is not None and RANK[waiting[0]] > RANK[type]:
+            type = waiting[0]
+        self._pending[key] = (type, body, handle)
+        if waiting is None and key not in self._active:
+            self._ready.append(key)
+            self._cond.notify()
+
+    def _retry(self, key: str, ticket: int, type: str | None, body: Manifest, handle: Handle) -> None:
+        """The failed event again, unless a newer event of the key came since it failed (it carries the
+        newer object, and was or will be handled)."""
+        with self._cond:
+            if self._retries.get(key) == ticket and not self._stopped:
+                del self._retries[key]
+                self._add(key, type, body, handle)
 
     def __len__(self) -> int:
         with self._cond:
             return len(self._pending)
+
+    def failing(self) -> int:
+        """How many keys wait for a retry."""
+        with self._cond:
+            return len(self._failures)
 
     def _work(self) -> None:
         while True:
@@ -86,29 +117,63 @@ class WorkQueue:
                 key = self._ready.popleft()
                 type, body, handle = self._pending.pop(key)
                 self._active.add(key)
+            failed: Exception | None = None
             try:
                 handle(type, body)
+                if LOG.isEnabledFor(logging.DEBUG):
+                    LOG.debug("%s: handled by %s", what(body), handler_name(handle))
             except Exception as e:
-                log_failure(handle, body, e)
-            finally:
-                with self._cond:
-                    self._active.discard(key)
-                    if key in self._pending:
-                        self._ready.append(key)
-                        self._cond.notify()
+                failed = e
+            ticket, failures = None, 0
+            with self._cond:
+                self._active.discard(key)
+                if failed is None:
+                    self._failures.pop(key, None)
+                else:
+                    self._failures[key] = failures = self._failures.get(key, 0) + 1
+                    if key not in self._pending:  # else a newer event came meanwhile: it is handled next
+                        self._retries[key] = ticket = next(self._tickets)
+                if key in self._pending:
+                    self._ready.append(key)
+                self._cond.notify_all()
+            if failed is not None:
+                delay = retry_delay(failures)
+                log_failure(handle, body, failed, delay)
+                if ticket is not None:
+                    again = partial(self._retry, key, ticket, type, body, handle)
+                    self._later.call(f"retry/{key}", delay, again)
 
 
-def log_failure(handle: Handle, body: Mapping[str, Any], error: Exception) -> None:
-    """An API outage or refusal is one line (the periodic passes repair what the event missed); anything
-    else is a bug, with its traceback."""
+def retry_delay(failures: int) -> float:
+    """Seconds before the next try of a key that failed `failures` times in a row."""
+    return float(min(RETRY_MAX_SECONDS, RETRY_BASE_SECONDS * 2 ** (failures - 1)))
+
+
+def handler_name(handle: Handle) -> str:
+    """The handler's function name (through a functools.partial)."""
+    return str(getattr(getattr(handle, "func", handle), "__name__", "a handler"))
+
+
+def what(body: Mapping[str, Any]) -> str:
     meta = body.get("metadata") or {}
-    what = f"{body.get('kind', 'object')} {meta.get('namespace')}/{meta.get('name')}"
+    return f"{body.get('kind', 'object')} {meta.get('namespace')}/{meta.get('name')}"
+
+
+def log_failure(handle: Handle, body: Mapping[str, Any], error: Exception, delay: float) -> None:
+    """An API outage or refusal is one line; anything else is a bug, with its traceback."""
     outage, refusal = api_outage(error), api_refusal(error)
     if outage or refusal:
         problem = f"did not answer ({outage})" if outage else f"refused: {refusal}"
-        LOG.warning("%s: the API server %s; the next pass repairs what this event missed", what, problem)
+        LOG.warning("%s: the API server %s; retrying in %.0f s", what(body), problem, delay)
+    elif isinstance(error, RetryError):
+        LOG.info("%s: %s; retrying in %.0f s", what(body), error, delay)
     else:
-        LOG.error("%s: %s failed", what, getattr(handle, "__name__", "handler"), exc_info=error)
+        name = handler_name(handle)
+        LOG.error("%s: %s failed; retrying in %.0f s", what(body), name, delay, exc_info=error)
+
+
+class RetryError(Exception):
+    """A handler's way to say: not now (an object changed meanwhile), again after the backoff; one line."""
 
 
 class Informer:
@@ -164,6 +229,9 @@ class Informer:
 
     def stop(self) -> None:
         self._stopped.set()
+
+    def alive(self) -> bool:
+        return self._thread.is_alive()
 
     def _run(self) -> None:
         failing = False

@@ -1,11 +1,11 @@
 """What the watches have seen, kept in memory, so that admission and repair read no lists.
 
-Each store is fed by a watch (handlers/watches.py for episodes and their children, a kopf indexing
-function for hosts: both list before any handler runs, so no handler decides from a partial picture), by
-the DELETED events, and by the answers to the operator's own writes (a decision sees what was just written
-before its watch event arrives). A body is replaced only by a newer resourceVersion; a deleted object's uid
-is remembered for a while, so a late answer cannot bring it back. A deletion lost in a watch gap is the
-watch's to find: it lists again and hands on what the listing no longer shows (kube/informer.py).
+Each store is fed by a watch (kube/informer.py, started by handlers/engine.py, which lists every kind
+before any handler runs, so no handler decides from a partial picture), by the DELETED events, and by the
+answers to the operator's own writes (a decision sees what was just written before its watch event
+arrives). A body is replaced only by a newer resourceVersion; a deleted object's uid is remembered for a
+while, so a late answer cannot bring it back. A deletion lost in a watch gap is the watch's to find: it
+lists again and hands on what the listing no longer shows (kube/informer.py).
 """
 
 from __future__ import annotations
