@@ -21,6 +21,7 @@ REFUSED_BY_API_SERVER: dict[str, tuple[dict[str, Any], str]] = {
     "named-user": ({"user": "root"}, "spec.user"),
     "root-user": ({"user": 0}, "spec.user"),
     "env-name-with-equals": ({"env": [{"name": "A=B", "value": "x"}]}, "spec.env[0].name"),
+    "credential-env-name": ({"env": [{"name": "HF_TOKEN", "value": "x"}]}, "looks like a credential"),
     "invalid-label-value": ({"labels": {"team": "not a label value!"}}, "spec.labels.team"),
     "invalid-label-key": ({"labels": {"-bad": "x"}}, "label keys must be plain names"),
     "prefixed-label-key": ({"labels": {"gymsandbox.dev/episode": "x"}}, "label keys must be plain names"),
@@ -32,6 +33,10 @@ REFUSED_BY_API_SERVER: dict[str, tuple[dict[str, Any], str]] = {
         'unknown field "spec.workspace.subPath"',
     ),
     "relative-workspace-mount": ({"workspace": {"mountPath": "work"}}, "spec.workspace.mountPath"),
+    "dot-dot-workspace-mount": (
+        {"workspace": {"mountPath": "/x/../workspace"}},
+        "must be a path in normal form",
+    ),
     "ttl-zero": ({"lifetime": {"ttlSeconds": 0}}, "spec.lifetime.ttlSeconds"),
     "bad-quantity": ({"resources": {"memory": "lots"}}, "spec.resources.memory"),
     # to the kubelet a limit of 0 is none: the sandbox would have the node's whole memory and CPU

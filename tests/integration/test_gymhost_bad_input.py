@@ -39,6 +39,16 @@ REFUSED_BY_API_SERVER: dict[str, tuple[dict[str, Any], str]] = {
         {"spec.storage.workspace.episodesMountPath": "/workspace/episodes"},
         "none may contain another",
     ),
+    # compared as written, "/x/../workspace/env" would lie inside the workspace unseen: normal form only
+    "dot-dot-mount-path": (
+        {"spec.storage.environment.mountPath": "/x/../workspace/env"},
+        "must be a path in normal form",
+    ),
+    "trailing-slash-mount-path": (
+        {"spec.storage.workspace.mountPath": "/workspace/"},
+        "must be a path in normal form",
+    ),
+    "mount-path-inside-tmp": ({"spec.storage.workspace.mountPath": "/tmp/workspace"}, "the operator's own"),
     "host-without-port": ({"spec.egress.allow": ["api.example.com"]}, "spec.egress.allow[0]"),
     "port-zero": ({"spec.egress.allow": ["api.example.com:0"]}, "spec.egress.allow[0]"),
     "port-70000": ({"spec.egress.allow": ["api.example.com:70000"]}, "spec.egress.allow[0]"),

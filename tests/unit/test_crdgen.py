@@ -9,11 +9,25 @@ from typing import Any, Literal
 
 import pytest
 import yaml
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
-from gymsandbox.api.common import QUANTITY_PATTERN, SUB_PATH_PATTERN, Lifetime, Model
-from gymsandbox.api.gymhost import EGRESS_ENTRY_PATTERN, IMAGE_PATTERN, MODEL_ENDPOINT_PATTERN
-from gymsandbox.api.resources import AGE_COLUMN, GYMHOST, READY_COLUMN, CustomResource, PrinterColumn
+from gymsandbox.api.common import QUANTITY_PATTERN, SUB_PATH_PATTERN, Lifetime, Model, MountPath
+from gymsandbox.api.episode import EpisodeEnvVar
+from gymsandbox.api.gymhost import (
+    EGRESS_ENTRY_PATTERN,
+    IMAGE_PATTERN,
+    MODEL_ENDPOINT_PATTERN,
+    OPERATOR_MOUNT_PATHS,
+    EnvVar,
+)
+from gymsandbox.api.resources import (
+    AGE_COLUMN,
+    EPISODE_SANDBOX,
+    GYMHOST,
+    READY_COLUMN,
+    CustomResource,
+    PrinterColumn,
+)
 from gymsandbox.crdgen import (
     GENERATED_HEADER,
     crd_filename,
@@ -254,6 +268,117 @@ def test_env_items_refuse_credential_names_and_the_reserved_prefix() -> None:
 
     assert any("matches(" in rule and "TOKEN" in rule for rule in env_rules)
     assert "!self.name.startsWith('GYMSANDBOX_')" in env_rules
+
+
+EPISODE_SPEC = custom_resource_definition(EPISODE_SANDBOX)["spec"]["versions"][0]["schema"][
+    "openAPIV3Schema"
+]["properties"]["spec"]
+
+
+def test_episode_env_items_refuse_credential_names_with_the_hosts_own_rule() -> None:
+    (host_rule, _) = SPEC["properties"]["env"]["items"]["x-kubernetes-validations"]
+    (episode_rule,) = EPISODE_SPEC["properties"]["env"]["items"]["x-kubernetes-validations"]
+
+    assert episode_rule["rule"] == host_rule["rule"]
+    assert "envFrom secret references" in host_rule["message"]
+    assert "the GymHost's envFrom secret references" in episode_rule["message"]
+
+
+def credential_rule_refuses(name: str) -> bool:
+    """Whether the CRD's credential rule, `!self.name.matches('...')`, refuses `name` (CEL's matches
+    searches, as re.search does)."""
+    (rule,) = EPISODE_SPEC["properties"]["env"]["items"]["x-kubernetes-validations"]
+    matched = re.fullmatch(r"!self\.name\.matches\('(.*)'\)", rule["rule"])
+    assert matched is not None, rule
+    return re.search(matched.group(1), name) is not None
+
+
+def refuses(adapter: TypeAdapter[Any], value: object) -> bool:
+    try:
+        adapter.validate_python(value)
+    except ValidationError:
+        return True
+    return False
+
+
+@pytest.mark.parametrize(
+    "name", ["HF_TOKEN", "openai_api_key", "DB_PASSWD", "GitHubAuth", "SEED", "TASK_ID", "PATH", "KEYBOARD"]
+)
+def test_the_credential_rule_and_both_env_models_agree(name: str) -> None:
+    refused = credential_rule_refuses(name)
+
+    assert refuses(TypeAdapter(EnvVar), {"name": name}) == refused
+    assert refuses(TypeAdapter(EpisodeEnvVar), {"name": name}) == refused
+
+
+def test_storage_rule_keeps_every_spec_mount_off_the_operators_own() -> None:
+    (rule,) = rules(SPEC["properties"]["storage"])
+    operators_own = ", ".join(f"'{path}'" for path in OPERATOR_MOUNT_PATHS)
+
+    assert rule.startswith(f"([{operators_own}, self.environment.mountPath, ")
+
+
+def mount_path_nodes() -> list[tuple[str, dict[str, Any]]]:
+    return [
+        (f"{kind}{path}", node)
+        for kind, spec in (("GymHost", SPEC), ("EpisodeSandbox", EPISODE_SPEC))
+        for path, node in nodes(spec)
+        if path.endswith(("mountPath", "MountPath"))
+    ]
+
+
+def test_every_mount_path_of_either_crd_is_checked_alike() -> None:
+    found = mount_path_nodes()
+
+    assert [path for path, _ in found] == [
+        "GymHost.storage.environment.mountPath",
+        "GymHost.storage.workspace.mountPath",
+        "GymHost.storage.workspace.episodesMountPath",
+        "GymHost.storage.dataset.mountPath",
+        "EpisodeSandbox.workspace.mountPath",
+    ]
+    checks = {
+        (
+            node["pattern"],
+            node["maxLength"],
+            tuple(rules(node)),
+            node["x-kubernetes-validations"][0]["message"],
+        )
+        for _, node in found
+    }
+    assert len(checks) == 1
+
+
+def crd_refuses_mount_path(path: str) -> bool:
+    """What the CRD says of a mount path: its pattern, then its CEL rule `self.matches(r'...')`."""
+    ((_, node), *_) = mount_path_nodes()
+    (rule,) = rules(node)
+    matched = re.fullmatch(r"self\.matches\(r'(.*)'\)", rule)
+    assert matched is not None, rule
+    return not (re.search(node["pattern"], path) and re.search(matched.group(1), path))
+
+
+@pytest.mark.parametrize(
+    ("path", "refused"),
+    [
+        ("/workspace", False),
+        ("/", False),
+        ("/home/user/.cache", False),
+        ("/opt/gym..v2/env", False),
+        ("/x/../workspace/env", True),
+        ("/workspace/./env", True),
+        ("/env/..", True),
+        ("/.", True),
+        ("/...", True),
+        ("//env", True),
+        ("/srv//env", True),
+        ("/env/", True),
+        ("env", True),
+        ("/env dir", True),
+    ],
+)
+def test_the_crd_and_the_model_refuse_the_same_mount_paths(path: str, refused: bool) -> None:
+    assert (crd_refuses_mount_path(path), refuses(TypeAdapter(MountPath), path)) == (refused, refused)
 
 
 def test_episodes_rule_orders_default_and_max_ttl() -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gymsandbox.api.gymhost import GymHostSpec
+from gymsandbox.api.gymhost import OPERATOR_MOUNT_PATHS, GymHostSpec
 from gymsandbox.api.names import (
     ENV_BROKER_CA,
     ENV_BROKER_URL,
@@ -291,6 +291,23 @@ def test_no_dataset_means_no_dataset_mount_or_volume(policy: ClusterPolicy) -> N
     ]
     mounts = [m["mountPath"] for m in container(policy, spec)["volumeMounts"]]
     assert (claims, "/data" in mounts) == (["gym-storage"], False)
+
+
+def test_every_mount_the_spec_does_not_place_is_one_the_storage_rule_keeps_spec_mounts_off(
+    policy: ClusterPolicy,
+) -> None:
+    """The storage rule refuses a spec mount path that is, contains or lies inside the operator's own."""
+    storage = make_spec().storage
+    assert storage.dataset is not None
+    placed_by_the_spec = {
+        storage.environment.mount_path,
+        storage.workspace.mount_path,
+        storage.workspace.episodes_mount_path,
+        storage.dataset.mount_path,
+    }
+    mounts = {m["mountPath"] for m in container(policy)["volumeMounts"]}
+
+    assert mounts - placed_by_the_spec == set(OPERATOR_MOUNT_PATHS)
 
 
 def test_every_mount_names_a_defined_volume(policy: ClusterPolicy) -> None:

@@ -19,6 +19,8 @@ MINIMAL: dict[str, Any] = {
     "image": "registry.example.com/episodes/python-sandbox:3.12",
 }
 PATTERN = "String should match pattern"
+CREDENTIAL = "looks like a credential"
+NORMAL_FORM = "must be a path in normal form"
 
 
 def spec_with(path: str, value: Any) -> dict[str, Any]:
@@ -56,6 +58,19 @@ BAD_INPUTS = [
     ("env", [{"name": "A\x00B", "value": "x"}], ("env", 0, "name"), PATTERN),
     ("env", [{"name": "=", "value": "x"}], ("env", 0, "name"), PATTERN),
     ("env", [{"name": "", "value": "x"}], ("env", 0, "name"), "at least 1 character"),
+    # names that look like credentials, refused as in a GymHost's env
+    ("env", [{"name": "HF_TOKEN", "value": "x"}], ("env", 0), CREDENTIAL),
+    ("env", [{"name": "OPENAI_API_KEY", "value": "x"}], ("env", 0), CREDENTIAL),
+    ("env", [{"name": "db_password", "value": "x"}], ("env", 0), CREDENTIAL),
+    ("env", [{"name": "AWS_SECRET_ACCESS_KEY", "value": "x"}], ("env", 0), CREDENTIAL),
+    ("env", [{"name": "ssh_private_key", "value": "x"}], ("env", 0), CREDENTIAL),
+    ("env", [{"name": "GIT_AUTH", "value": "x"}], ("env", 0), CREDENTIAL),
+    (
+        "env",
+        [{"name": "TASK", "value": "t"}, {"name": "Credentials.json", "value": "x"}],
+        ("env", 1),
+        CREDENTIAL,
+    ),
     # labels
     ("labels", {"gymsandbox.dev/episode": "other"}, (), "plain names without a prefix"),
     ("labels", {"app.kubernetes.io/name": "gymsandbox-broker"}, (), "plain names without a prefix"),
@@ -80,6 +95,10 @@ BAD_INPUTS = [
     # where the workspace lies on the claim is the operator's choice, never the spec's
     ("workspace.subPath", "workspaces/run-1", ("workspace", "subPath"), "Extra inputs"),
     ("workspace.mountPath", "work", ("workspace", "mountPath"), PATTERN),
+    ("workspace.mountPath", "/x/../workspace", ("workspace", "mountPath"), NORMAL_FORM),
+    ("workspace.mountPath", "/workspace/.", ("workspace", "mountPath"), NORMAL_FORM),
+    ("workspace.mountPath", "//workspace", ("workspace", "mountPath"), NORMAL_FORM),
+    ("workspace.mountPath", "/workspace/", ("workspace", "mountPath"), NORMAL_FORM),
     # everything else
     ("image", "Registry/Upper:1", ("image",), PATTERN),
     ("runtime", "Kata", ("runtime",), PATTERN),
@@ -122,6 +141,17 @@ def test_unknown_field_is_refused(path: str, value: Any) -> None:
     assert any(text == "Extra inputs are not permitted" for _, text in errors), errors
 
 
+def test_a_credential_looking_name_is_refused_by_name_pointing_at_the_hosts_env_from() -> None:
+    (problem,) = refusal(
+        spec_with("env", [{"name": "TASK", "value": "t"}, {"name": "HF_TOKEN", "value": "x"}])
+    )
+
+    assert problem == (
+        ("env", 1),
+        "Value error, env HF_TOKEN: looks like a credential; use the GymHost's envFrom secret references",
+    )
+
+
 def test_prefixed_label_message_names_the_key() -> None:
     errors = refusal(spec_with("labels", {"gymsandbox.dev/episode": "x", "team": "rl"}))
     assert any("gymsandbox.dev/episode" in text for _, text in errors)
@@ -152,6 +182,8 @@ def test_example_episode_is_accepted() -> None:
         ("workdir", "/"),
         ("workdir", "/home/user/"),
         ("workspace.mountPath", "/home/user/work"),
+        ("workspace.mountPath", "/home/user/.cache"),
+        ("env", [{"name": "TASK_ID", "value": "x"}, {"name": "SEED", "value": "7"}]),
         ("egress.allow", ["models.example.com:443", "203.0.113.0/24:443", "[2001:db8::1]:443"]),
         ("runtime", "crun"),
         ("command", ["python", "-c", "print(1)"]),

@@ -30,6 +30,8 @@ def refusal(spec: dict[str, Any]) -> list[tuple[tuple[str | int, ...], str]]:
 
 
 PATTERN = "String should match pattern"
+NORMAL_FORM = "must be a path in normal form"
+DATASET = {"claimName": "datasets", "subPath": "swe-bench/verified"}
 
 BAD_INPUTS = [
     # storage
@@ -46,8 +48,49 @@ BAD_INPUTS = [
     ("storage.workspace.mountPath", "/env", ("storage",), "mountPaths must be distinct"),
     ("storage.workspace.mountPath", "/env/work", ("storage",), "none may contain another"),
     ("storage.workspace.mountPath", "/", ("storage",), "none may contain another"),
-    ("storage.workspace.episodesMountPath", "/workspace/", ("storage",), "none may contain another"),
     ("storage.workspace.episodesMountPath", "/workspace/episodes", ("storage",), "none may contain another"),
+    # mount paths in normal form only: they are compared as strings, and "/x/../workspace/env" lies inside
+    # the workspace while it does not start with "/workspace/"
+    (
+        "storage.environment.mountPath",
+        "/x/../workspace/env",
+        ("storage", "environment", "mountPath"),
+        NORMAL_FORM,
+    ),
+    (
+        "storage.environment.mountPath",
+        "/workspace/./env",
+        ("storage", "environment", "mountPath"),
+        NORMAL_FORM,
+    ),
+    ("storage.environment.mountPath", "/./env", ("storage", "environment", "mountPath"), NORMAL_FORM),
+    ("storage.environment.mountPath", "/env/..", ("storage", "environment", "mountPath"), NORMAL_FORM),
+    ("storage.environment.mountPath", "/env/.", ("storage", "environment", "mountPath"), NORMAL_FORM),
+    ("storage.environment.mountPath", "/...", ("storage", "environment", "mountPath"), NORMAL_FORM),
+    ("storage.environment.mountPath", "//env", ("storage", "environment", "mountPath"), NORMAL_FORM),
+    ("storage.environment.mountPath", "/srv//env", ("storage", "environment", "mountPath"), NORMAL_FORM),
+    ("storage.environment.mountPath", "/env/", ("storage", "environment", "mountPath"), NORMAL_FORM),
+    ("storage.workspace.mountPath", "/workspace/", ("storage", "workspace", "mountPath"), NORMAL_FORM),
+    ("storage.workspace.mountPath", "/env/../work", ("storage", "workspace", "mountPath"), NORMAL_FORM),
+    (
+        "storage.workspace.episodesMountPath",
+        "/workspace/",
+        ("storage", "workspace", "episodesMountPath"),
+        NORMAL_FORM,
+    ),
+    (
+        "storage.dataset",
+        {**DATASET, "mountPath": "/data/../workspace/data"},
+        ("storage", "dataset", "mountPath"),
+        NORMAL_FORM,
+    ),
+    # the operator's own mounts of the host pod: its writable /tmp and the lease token
+    ("storage.workspace.mountPath", "/tmp", ("storage",), "the operator's own"),
+    ("storage.environment.mountPath", "/tmp/env", ("storage",), "none may contain another"),
+    ("storage.workspace.episodesMountPath", "/tmp/episodes", ("storage",), "/tmp included"),
+    ("storage.dataset", {**DATASET, "mountPath": "/tmp/data"}, ("storage",), "/tmp included"),
+    ("storage.environment.mountPath", "/var/run/secrets", ("storage",), "none may contain another"),
+    ("storage.dataset", {**DATASET, "mountPath": "/var/run/secrets/gymsandbox"}, ("storage",), "distinct"),
     ("storage.claimName", "Gym_Data", ("storage", "claimName"), PATTERN),
     # egress allowlist
     ("egress.allow", ["example.com"], ("egress", "allow", 0), PATTERN),
@@ -74,6 +117,8 @@ BAD_INPUTS = [
     ("env", [{"name": "DB_PASSWORD", "value": "x"}], ("env", 0), "looks like a credential"),
     ("env", [{"name": "AWS_SECRET_ACCESS_KEY", "value": "x"}], ("env", 0), "looks like a credential"),
     ("env", [{"name": "openai_api_key", "value": "x"}], ("env", 0), "looks like a credential"),
+    ("env", [{"name": "GIT_AUTH_HEADER", "value": "x"}], ("env", 0), "looks like a credential"),
+    ("env", [{"name": "SSH_PRIVATE_KEY", "value": "x"}], ("env", 0), "looks like a credential"),
     ("env", [{"name": "GYMSANDBOX_BROKER_URL", "value": "x"}], ("env", 0), "reserved"),
     ("env", [{"name": "1ST", "value": "x"}], ("env", 0, "name"), PATTERN),
     ("env", [{"name": "A=B", "value": "x"}], ("env", 0, "name"), PATTERN),
@@ -195,6 +240,39 @@ def test_sibling_mount_paths_sharing_a_prefix_are_accepted() -> None:
     spec = spec_with("storage.workspace.episodesMountPath", "/workspace-episodes")
 
     assert GymHostSpec.model_validate(spec).storage.workspace.episodes_mount_path == "/workspace-episodes"
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        ("storage.environment.mountPath", "/tmp-env"),
+        ("storage.environment.mountPath", "/var/run/gym"),
+        ("storage.environment.mountPath", "/home/gym/.config"),
+        ("storage.environment.mountPath", "/opt/gym..v2/env"),
+        ("storage.workspace.mountPath", "/srv/work_space-1"),
+        ("storage.workspace.episodesMountPath", "/..episodes"),
+    ],
+)
+def test_mount_paths_in_normal_form_are_accepted(path: str, value: str) -> None:
+    """Dots inside a segment are fine; only segments of dots alone, empty ones and a trailing '/' are not."""
+    spec = GymHostSpec.model_validate(spec_with(path, value))
+
+    assert value in (
+        spec.storage.environment.mount_path,
+        spec.storage.workspace.mount_path,
+        spec.storage.workspace.episodes_mount_path,
+    )
+
+
+def test_a_credential_looking_name_is_refused_by_name_pointing_at_env_from() -> None:
+    (problem,) = refusal(
+        spec_with("env", [{"name": "SEED", "value": "1"}, {"name": "HF_TOKEN", "value": "x"}])
+    )
+
+    assert problem == (
+        ("env", 1),
+        "Value error, env HF_TOKEN: looks like a credential; use envFrom secret references",
+    )
 
 
 def test_plain_env_names_are_accepted() -> None:

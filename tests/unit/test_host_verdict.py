@@ -85,6 +85,39 @@ def test_the_first_refusal_of_spec_policy_and_references_is_the_verdict(
     assert not judged.runs
 
 
+def with_storage(path: str, mount_path: str) -> dict[str, Any]:
+    """The example spec with the mountPath of `path` (environment, workspace) changed."""
+    storage = example_spec()["storage"]
+    return example_spec(storage={**storage, path: {**storage[path], "mountPath": mount_path}})
+
+
+@pytest.mark.parametrize(
+    ("spec", "words"),
+    [
+        (
+            with_storage("environment", "/x/../workspace/env"),
+            "storage.environment.mountPath: Value error, must",
+        ),
+        (with_storage("workspace", "/workspace/"), "path in normal form"),
+        (
+            with_storage("workspace", "/tmp/workspace"),
+            "the operator's own /var/run/secrets/gymsandbox and /tmp",
+        ),
+        (example_spec(env=[{"name": "HF_TOKEN", "value": "x"}]), "env HF_TOKEN: looks like a credential"),
+    ],
+    ids=["dot-dot", "trailing-slash", "inside-tmp", "credential-name"],
+)
+def test_a_stored_spec_the_api_server_would_refuse_now_is_refused_by_the_operator_too(
+    spec: dict[str, Any], words: str
+) -> None:
+    """An object stored under an older CRD meets the same rules on its next reconcile: it gets no pod."""
+    judged = verdict(spec)
+
+    assert judged.refusal is not None
+    assert (judged.refusal.reason, words in judged.refusal.message) == (Reason.INVALID_SPEC, True)
+    assert not judged.runs
+
+
 def test_a_host_within_policy_and_its_lifetime_runs_until_it_expires() -> None:
     spec = example_spec(lifetime={"ttlSeconds": 600, "expiryPolicy": "Delete"})
     running = verdict(spec, now=CREATED + timedelta(seconds=599))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Annotated, Literal
 
@@ -16,7 +17,20 @@ QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$"
 DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 # Relative, segments that do not start with "." (so no "." or ".."), no empty segment, no outer slashes.
 SUB_PATH_PATTERN = r"^[A-Za-z0-9_-][A-Za-z0-9._-]*(/[A-Za-z0-9_-][A-Za-z0-9._-]*)*$"
-MOUNT_PATH_PATTERN = r"^/([A-Za-z0-9._-]+/?)*$"
+# An absolute directory as a process may name it ("." and ".." segments and a trailing "/" allowed): a
+# working directory, which nothing compares.
+WORKDIR_PATTERN = r"^/([A-Za-z0-9._-]+/?)*$"
+# An absolute path of these characters. A mount path must also be in normal form (NORMAL_PATH_PATTERN).
+ABSOLUTE_PATH_PATTERN = r"^/[A-Za-z0-9._/-]*$"
+# An absolute path in normal form: no empty segment ("//"), no segment of dots alone ("." or ".."), no
+# trailing "/" (the root "/" aside). Mount paths are compared as strings (distinct, none inside another),
+# which is sound for normal forms only: "/x/../workspace/env" lies inside "/workspace" yet does not start
+# with it.
+NORMAL_PATH_PATTERN = r"^/(\.*[A-Za-z0-9_-][A-Za-z0-9._-]*(/\.*[A-Za-z0-9_-][A-Za-z0-9._-]*)*)?$"
+NORMAL_PATH_MESSAGE = (
+    "must be a path in normal form, without '.' or '..' segments, '//' or a trailing '/': mount paths are"
+    " compared as written"
+)
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
 Quantity = Annotated[str, Field(pattern=QUANTITY_PATTERN, max_length=32)]
@@ -64,6 +78,27 @@ ResourceQuantity = Annotated[
         },
     ),
     AfterValidator(_more_than_zero),
+]
+
+
+def _normal_path(value: str) -> str:
+    if not re.fullmatch(NORMAL_PATH_PATTERN, value):
+        raise ValueError(NORMAL_PATH_MESSAGE)
+    return value
+
+
+# Where a volume is mounted in a container: absolute and in normal form, refused otherwise by the API server
+# (CEL), the models and so the operator alike, so that comparing mount paths as strings is sound.
+MountPath = Annotated[
+    str,
+    Field(
+        pattern=ABSOLUTE_PATH_PATTERN,
+        max_length=253,
+        json_schema_extra={
+            "x-kubernetes-validations": [cel(f"self.matches(r'{NORMAL_PATH_PATTERN}')", NORMAL_PATH_MESSAGE)]
+        },
+    ),
+    AfterValidator(_normal_path),
 ]
 
 

@@ -10,19 +10,28 @@ from pydantic import ConfigDict, Field, model_validator
 
 from gymsandbox.api.common import (
     DNS_LABEL_PATTERN,
-    MOUNT_PATH_PATTERN,
+    WORKDIR_PATTERN,
     Conditions,
     Failure,
     Model,
+    MountPath,
     ResourceQuantity,
     cel,
     list_map,
 )
-from gymsandbox.api.gymhost import DnsSubdomain, EgressEntry, Image
+from gymsandbox.api.gymhost import (
+    DnsSubdomain,
+    EgressEntry,
+    Image,
+    credential_name_rule,
+    refuse_credential_name,
+)
 from gymsandbox.api.names import USER_LABEL_PREFIX
 
 # Any name a process can take: no "=" and no NUL (execve would split or cut it).
 EPISODE_ENV_NAME_PATTERN = r"^[^=\x00]+$"
+# Where an episode's credentials go instead of env: an EpisodeSandbox has no envFrom of its own.
+WHERE_EPISODE_CREDENTIALS_GO = "the GymHost's envFrom secret references"
 ROLLOUT_ID_PATTERN = r"^[A-Za-z0-9]([A-Za-z0-9._:-]*[A-Za-z0-9])?$"
 # A label name without a prefix: it reaches the pod only under USER_LABEL_PREFIX, so no user label can select
 # the pod into a Service's endpoints, a NetworkPolicy or the chart's own selectors.
@@ -62,8 +71,19 @@ class HostReference(Model):
 
 
 class EpisodeEnvVar(Model):
+    """A plain variable; as in a GymHost's env, a name that looks like a credential is refused."""
+
+    model_config = ConfigDict(
+        json_schema_extra={"x-kubernetes-validations": [credential_name_rule(WHERE_EPISODE_CREDENTIALS_GO)]}
+    )
+
     name: str = Field(pattern=EPISODE_ENV_NAME_PATTERN, min_length=1, max_length=256, description="Name.")
     value: str = Field("", max_length=32768, description="Value.")
+
+    @model_validator(mode="after")
+    def _not_a_credential(self) -> EpisodeEnvVar:
+        refuse_credential_name(self.name, WHERE_EPISODE_CREDENTIALS_GO)
+        return self
 
 
 class EpisodeResources(Model):
@@ -99,7 +119,7 @@ class EpisodeWorkspace(Model):
     """A fresh directory for this episode alone, on the host's claim at a place the operator chooses (keyed
     by the episode's uid); the host reads it under its storage.workspace.episodesMountPath."""
 
-    mount_path: str = Field("/workspace", pattern=MOUNT_PATH_PATTERN, max_length=253, description="Where.")
+    mount_path: MountPath = Field("/workspace", description="Where.")
 
 
 class EpisodeSandboxSpec(Model):
@@ -141,7 +161,7 @@ class EpisodeSandboxSpec(Model):
         65532, ge=1, le=MAX_UID, strict=True, description="Numeric uid to run as (never 0, never a name)."
     )
     workdir: str | None = Field(
-        None, pattern=MOUNT_PATH_PATTERN, max_length=253, description="Working directory."
+        None, pattern=WORKDIR_PATTERN, max_length=253, description="Working directory."
     )
     env: list[EpisodeEnvVar] = Field(
         default_factory=list,

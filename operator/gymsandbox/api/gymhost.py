@@ -7,22 +7,23 @@ from datetime import datetime
 from typing import Annotated
 
 from pydantic import ConfigDict, Field, model_validator
+from pydantic.config import JsonDict
 
 from gymsandbox.api.common import (
     DNS_LABEL_PATTERN,
     ENV_NAME_PATTERN,
-    MOUNT_PATH_PATTERN,
     SUB_PATH_PATTERN,
     Conditions,
     DnsLabel,
     Failure,
     Lifetime,
     Model,
+    MountPath,
     Resources,
     cel,
     list_map,
 )
-from gymsandbox.api.names import ENV_PREFIX_RESERVED, LEASE_MOUNT_PATH
+from gymsandbox.api.names import ENV_PREFIX_RESERVED, LEASE_MOUNT_PATH, TMP_MOUNT_PATH
 
 # Container image reference: [registry[:port]/]path[:tag][@sha256:digest], lower-case path components.
 IMAGE_PATTERN = (
@@ -43,7 +44,8 @@ EGRESS_ENTRY_PATTERN = rf"^({_DNS_NAME}|{_IPV4}|{_IPV6}):{_PORT}$"
 # http(s)://host[:port][/path]; the host and port join the allowlist. No query or fragment: a key passed in
 # a URL would sit in spec for anyone who can read the object.
 MODEL_ENDPOINT_PATTERN = rf"^https?://({_DNS_NAME}|{_IPV4}|\[[0-9a-fA-F:.]+\])(:{_PORT})?(/[^\s?#]*)?$"
-# Variable names that look like they carry a credential belong in envFrom secret references.
+# Variable names that look like they carry a credential belong in envFrom secret references: a plain value
+# sits in spec for anyone who can read the object. GymHost and EpisodeSandbox env refuse them alike.
 CREDENTIAL_NAME_PATTERN = r"(?i)(TOKEN|SECRET|PASSW(OR)?D|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIAL|AUTH)"
 
 EgressEntry = Annotated[str, Field(pattern=EGRESS_ENTRY_PATTERN, max_length=128)]
@@ -61,9 +63,7 @@ class SubPathMount(Model):
         max_length=253,
         description="Directory inside the claim, relative, without '.' or '..' segments.",
     )
-    mount_path: str = Field(
-        pattern=MOUNT_PATH_PATTERN, max_length=253, description="Absolute path in the container."
-    )
+    mount_path: MountPath = Field(description="Absolute path in the container.")
 
 
 class DatasetMount(SubPathMount):
@@ -73,29 +73,38 @@ class DatasetMount(SubPathMount):
 
 
 class HostWorkspace(Model):
-    mount_path: str = Field(
-        pattern=MOUNT_PATH_PATTERN,
-        max_length=253,
+    mount_path: MountPath = Field(
         description="Where the run's workspace is mounted read-write. Its place on the claim is chosen by the"
         " operator (status.workspaceSubPath), never by the spec: see docs/security.md.",
     )
-    episodes_mount_path: str = Field(
+    episodes_mount_path: MountPath = Field(
         "/episodes",
-        pattern=MOUNT_PATH_PATTERN,
-        max_length=253,
         description="Where the workspaces of this host's episodes are mounted read-only, one directory per"
         " episode named by its uid (the broker's episode.workspaceDir).",
     )
 
 
+# What the operator mounts in every host pod itself (desired/pod.py): the lease token and the writable /tmp.
+# No mount path of the spec may be one of them, contain one or lie inside one.
+OPERATOR_MOUNT_PATHS = (LEASE_MOUNT_PATH, TMP_MOUNT_PATH)
+NESTED_MOUNT_PATHS_MESSAGE = (
+    "mountPaths must be distinct and none may contain another, the operator's own"
+    f" {' and '.join(OPERATOR_MOUNT_PATHS)} included"
+)
+_OPERATOR_MOUNT_PATH_LITERALS = ", ".join(f"'{path}'" for path in OPERATOR_MOUNT_PATHS)
 _MOUNT_PATHS = (
-    f"(['{LEASE_MOUNT_PATH}', self.environment.mountPath, self.workspace.mountPath,"
-    " self.workspace.episodesMountPath] + (has(self.dataset) ? [self.dataset.mountPath] : []))"
+    f"([{_OPERATOR_MOUNT_PATH_LITERALS}, self.environment.mountPath, self.workspace.mountPath,"
+    " self.workspace.episodesMountPath]"
+    " + (has(self.dataset) ? [self.dataset.mountPath] : []))"
 )
 
 
 def nested_mount_paths(paths: list[str]) -> bool:
-    """True when two of `paths` are the same directory or one contains the other."""
+    """True when two of `paths` are the same directory or one contains the other.
+
+    Sound for paths in normal form only (MountPath): "/x/../workspace/env" is inside "/workspace" but does not
+    start with it.
+    """
     dirs = [p.rstrip("/") + "/" for p in paths]
     return any(i != j and b.startswith(a) for i, a in enumerate(dirs) for j, b in enumerate(dirs))
 
@@ -108,7 +117,7 @@ class Storage(Model):
                     # For each path a, a itself is the only path equal to a or below it.
                     f"{_MOUNT_PATHS}.all(a, {_MOUNT_PATHS}.filter(b,"
                     " b == a || b.startsWith(a.endsWith('/') ? a : a + '/')).size() == 1)",
-                    "mountPaths must be distinct and none may contain another",
+                    NESTED_MOUNT_PATHS_MESSAGE,
                 ),
             ]
         }
@@ -122,7 +131,7 @@ class Storage(Model):
     @model_validator(mode="after")
     def _distinct(self) -> Storage:
         mounts = [
-            LEASE_MOUNT_PATH,  # the operator's own: the lease token as a file
+            *OPERATOR_MOUNT_PATHS,
             self.environment.mount_path,
             self.workspace.mount_path,
             self.workspace.episodes_mount_path,
@@ -130,7 +139,7 @@ class Storage(Model):
         if self.dataset:
             mounts.append(self.dataset.mount_path)
         if nested_mount_paths(mounts):
-            raise ValueError("mountPaths must be distinct and none may contain another")
+            raise ValueError(NESTED_MOUNT_PATHS_MESSAGE)
         return self
 
 
@@ -149,14 +158,31 @@ class Egress(Model):
     )
 
 
+# Where a GymHost's credentials go instead of env.
+WHERE_HOST_CREDENTIALS_GO = "envFrom secret references"
+
+
+def credential_name_rule(where_credentials_go: str) -> JsonDict:
+    """The CEL rule of an env item refusing a name that looks like a credential; `where_credentials_go` says
+    where credentials go instead."""
+    return cel(
+        f"!self.name.matches('{CREDENTIAL_NAME_PATTERN}')",
+        f"this name looks like a credential: pass credentials with {where_credentials_go}",
+    )
+
+
+def refuse_credential_name(name: str, where_credentials_go: str) -> None:
+    """Raise, naming the variable, when `name` looks like it carries a credential (credential_name_rule's
+    check, for the models)."""
+    if re.search(CREDENTIAL_NAME_PATTERN, name):
+        raise ValueError(f"env {name}: looks like a credential; use {where_credentials_go}")
+
+
 class EnvVar(Model):
     model_config = ConfigDict(
         json_schema_extra={
             "x-kubernetes-validations": [
-                cel(
-                    f"!self.name.matches('{CREDENTIAL_NAME_PATTERN}')",
-                    "this name looks like a credential: pass credentials with envFrom secret references",
-                ),
+                credential_name_rule(WHERE_HOST_CREDENTIALS_GO),
                 cel(
                     f"!self.name.startsWith('{ENV_PREFIX_RESERVED}')",
                     f"names starting with {ENV_PREFIX_RESERVED} are reserved for the operator",
@@ -170,8 +196,7 @@ class EnvVar(Model):
 
     @model_validator(mode="after")
     def _not_a_credential(self) -> EnvVar:
-        if re.search(CREDENTIAL_NAME_PATTERN, self.name):
-            raise ValueError(f"env {self.name}: looks like a credential; use envFrom secret references")
+        refuse_credential_name(self.name, WHERE_HOST_CREDENTIALS_GO)
         if self.name.startswith(ENV_PREFIX_RESERVED):
             raise ValueError(f"env {self.name}: names starting with {ENV_PREFIX_RESERVED} are reserved")
         return self

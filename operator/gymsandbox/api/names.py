@@ -31,6 +31,8 @@ ENV_LEASE_TOKEN = "GYMSANDBOX_LEASE_TOKEN"  # noqa: S105 - the variable's name, 
 # (the variable above keeps the token the pod started with).
 ENV_LEASE_TOKEN_FILE = "GYMSANDBOX_LEASE_TOKEN_FILE"  # noqa: S105 - the variable's name, not a secret
 LEASE_MOUNT_PATH = "/var/run/secrets/gymsandbox"
+# The host pod's own writable /tmp, an emptyDir: its root file system is read-only.
+TMP_MOUNT_PATH = "/tmp"  # noqa: S108 - the container's own /tmp
 
 # Key of the lease token inside the lease Secret.
 LEASE_TOKEN_KEY = "token"  # noqa: S105 - a key name

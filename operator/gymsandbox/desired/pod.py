@@ -14,6 +14,7 @@ from gymsandbox.api.names import (
     ENV_LEASE_TOKEN_FILE,
     LEASE_MOUNT_PATH,
     LEASE_TOKEN_KEY,
+    TMP_MOUNT_PATH,
     USER_LABEL_PREFIX,
 )
 from gymsandbox.desired.labels import child_labels, sandbox_pod_labels
@@ -137,7 +138,7 @@ def _mounts_and_volumes(
             "subPath": host_episodes_sub_path(host_uid),
             "readOnly": True,
         },
-        {"name": TMP_VOLUME, "mountPath": "/tmp", "readOnly": False},  # noqa: S108 - the container's own /tmp
+        {"name": TMP_VOLUME, "mountPath": TMP_MOUNT_PATH, "readOnly": False},
         # The lease token as a file following its Secret (renewal, key rotation); a subPath would not follow.
         {"name": LEASE_VOLUME, "mountPath": LEASE_MOUNT_PATH, "readOnly": True},
     ]
