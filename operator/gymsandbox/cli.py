@@ -13,6 +13,7 @@ try:
     from gymsandbox import __version__, chartschema, crdgen, dashboard, docgen
     from gymsandbox.broker.server import TLSFilesError, run_broker
     from gymsandbox.broker.service import BrokerSettings
+    from gymsandbox.kube.connect import ConnectionSetupError
     from gymsandbox.kube.signing import SigningKeyError
     from gymsandbox.metrics import MetricsListenError
     from gymsandbox.policy.cluster import PolicyError
@@ -46,6 +47,7 @@ def positive_int(text: str) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gymsandbox", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"gymsandbox {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("version", help="print the version")
     crds = commands.add_parser("crds", help="write the CustomResourceDefinitions generated from the models")
@@ -241,7 +243,7 @@ def _operator(
             log_format=log_format,
             metrics_listen=metrics_listen,
         )
-    except (PolicyError, SigningKeyError, MetricsListenError) as e:
+    except (PolicyError, SigningKeyError, MetricsListenError, ConnectionSetupError) as e:
         print(f"gymsandbox operator: refusing to start: {e}", file=sys.stderr)
         return 2
     return 0
@@ -272,7 +274,7 @@ def _broker(
             Path(tls_dir) if tls_dir else None,
             settings=settings,
         )
-    except (PolicyError, SigningKeyError, MetricsListenError, TLSFilesError) as e:
+    except (PolicyError, SigningKeyError, MetricsListenError, TLSFilesError, ConnectionSetupError) as e:
         print(f"gymsandbox broker: refusing to start: {e}", file=sys.stderr)
         return 2
     return 0

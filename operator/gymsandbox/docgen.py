@@ -271,8 +271,11 @@ Where it can, the API server refuses bad input (schema and CEL: sub-paths, host:
 that look like credentials in env, quantities, immutable `runtime` and `storage`, ...; see
 [api.md](api.md)). Otherwise the operator refuses it with the reasons below.
 
-**Before any reason appears:** an operator log `refusing to start: invalid cluster policy ...` names the
-values to fix. A broker log `waiting for the operator to create Secret ...` means the operator is not
+**Before any reason appears:** the operator and the broker refuse to start in one line (exit code 2) that
+says what to fix: `refusing to start: invalid cluster policy ...` names the values; `no kubeconfig`, `the
+kubeconfig (...) is not valid YAML` or `cannot be used` point at KUBECONFIG; `the API server at ... does
+not answer` or `does not accept these credentials` at the cluster. The broker reads its policy before it
+touches the cluster. A broker log `waiting for the operator to create Secret ...` means the operator is not
 running yet; the broker gives up after 300 s.
 """
 

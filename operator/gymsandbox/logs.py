@@ -36,11 +36,17 @@ def formatter(log_format: str) -> logging.Formatter:
 
 def configure_logging(*, verbose: bool, log_format: str) -> None:
     """The root logger to stderr in `log_format`, at DEBUG when verbose, else INFO; the client libraries'
-    chatter (kubernetes, urllib3) only from WARNING."""
+    chatter (kubernetes, urllib3) only from WARNING (urllib3's from ERROR unless verbose)."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(formatter(log_format))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.DEBUG if verbose else logging.INFO)
-    for chatty in ("kubernetes", "urllib3"):
-        logging.getLogger(chatty).setLevel(logging.WARNING)
+    logging.getLogger("kubernetes").setLevel(logging.WARNING)
+    quiet_urllib3(verbose=verbose)
+
+
+def quiet_urllib3(*, verbose: bool) -> None:
+    """urllib3's retries and pool discards are the callers' to report (an outage is one line of ours): its
+    warnings only with --verbose."""
+    logging.getLogger("urllib3").setLevel(logging.WARNING if verbose else logging.ERROR)

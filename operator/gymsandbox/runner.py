@@ -18,7 +18,7 @@ from gymsandbox.handlers.context import WORKERS, OperatorContext
 from gymsandbox.handlers.engine import Engine
 from gymsandbox.handlers.leader import ELECTION_REQUEST_SECONDS, LeaderElection, instance_identity, lease_name
 from gymsandbox.kube.client import Kube
-from gymsandbox.kube.connect import api_client
+from gymsandbox.kube.connect import ConnectionSetupError, api_client, startup_problem
 from gymsandbox.kube.signing import ensure_signing_key
 from gymsandbox.logs import configure_logging
 from gymsandbox.metrics import METRICS, serve_metrics
@@ -52,12 +52,14 @@ def run_operator(
     unfenced = Kube(api_client(connections=2), timeout=ELECTION_REQUEST_SECONDS)
     election = LeaderElection(unfenced, operator_namespace, lease_name(namespaces), instance_identity())
     kube = Kube(api_client(connections=3 * WORKERS), fence=election.fence)
-    context = OperatorContext(
-        policy=policy,
-        kube=kube,
-        signing_key=ensure_signing_key(unfenced, operator_namespace),
-        namespaces=tuple(namespaces),
-    )
+    try:  # the first request: an API server out of reach or turning us away is one line, not a traceback
+        signing_key = ensure_signing_key(unfenced, operator_namespace)
+    except Exception as e:
+        problem = startup_problem(e, unfenced.api_client.configuration.host)
+        if problem is None:
+            raise
+        raise ConnectionSetupError(problem) from None
+    context = OperatorContext(policy=policy, kube=kube, signing_key=signing_key, namespaces=tuple(namespaces))
     scope = ", ".join(namespaces) if namespaces else "all namespaces"
     metrics = f"; metrics on port {metrics_listen[1]}" if metrics_listen else ""
     LOG.info("gymsandbox operator starting: watching %s%s", scope, metrics)

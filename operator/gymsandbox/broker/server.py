@@ -18,8 +18,9 @@ from gymsandbox.broker.app import create_app
 from gymsandbox.broker.backend import KubeBackend
 from gymsandbox.broker.service import BrokerSettings, BrokerState
 from gymsandbox.kube.client import Kube
-from gymsandbox.kube.connect import api_client
+from gymsandbox.kube.connect import ConnectionSetupError, api_client, startup_problem
 from gymsandbox.kube.signing import wait_for_signing_key
+from gymsandbox.logs import quiet_urllib3
 from gymsandbox.metrics import serve_metrics
 from gymsandbox.policy.cluster import load_policy
 
@@ -52,13 +53,17 @@ class _DrainingServer(uvicorn.Server):
 
 
 def build_state(policy_path: Path, operator_namespace: str, settings: BrokerSettings) -> BrokerState:
+    """The policy first (a typo in it is refused at once, before any request), then the cluster."""
+    policy = load_policy(policy_path)
     client = api_client(connections=settings.worker_threads)
-    return BrokerState(
-        backend=KubeBackend(client),
-        key=wait_for_signing_key(Kube(client), operator_namespace, timeout=SIGNING_KEY_WAIT_SECONDS),
-        policy=load_policy(policy_path),
-        settings=settings,
-    )
+    try:
+        key = wait_for_signing_key(Kube(client), operator_namespace, timeout=SIGNING_KEY_WAIT_SECONDS)
+    except Exception as e:
+        problem = startup_problem(e, client.configuration.host)
+        if problem is None:
+            raise
+        raise ConnectionSetupError(problem) from None
+    return BrokerState(backend=KubeBackend(client), key=key, policy=policy, settings=settings)
 
 
 class TLSFilesError(Exception):
@@ -87,10 +92,11 @@ def run_broker(
 ) -> None:
     """Serve on `listen`, with TLS from `tls_dir` when given (plain HTTP otherwise, with a warning)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    quiet_urllib3(verbose=False)
     cert, key = tls_files(tls_dir) if tls_dir else (None, None)
-    if tls_dir is None:
-        log.warning("serving plain HTTP: lease tokens cross the network in the clear (see --tls-dir)")
     state = build_state(policy_path, operator_namespace, settings or BrokerSettings())
+    if tls_dir is None:  # once it is about to serve: a start-up refusal stays one line
+        log.warning("serving plain HTTP: lease tokens cross the network in the clear (see --tls-dir)")
     app = create_app(state)
     if metrics_listen:
         # Apart from the API port, which every host pod may reach: scrapers only (the chart's NetworkPolicy).
