@@ -9,26 +9,26 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-try:
-    from gymsandbox import __version__, chartschema, crdgen, dashboard, docgen
-    from gymsandbox.broker.server import TLSFilesError, run_broker
-    from gymsandbox.broker.service import BrokerSettings
-    from gymsandbox.kube.connect import ConnectionSetupError
-    from gymsandbox.kube.signing import SigningKeyError
-    from gymsandbox.metrics import MetricsListenError
-    from gymsandbox.policy.cluster import PolicyError
-    from gymsandbox.runner import run_operator
-except ModuleNotFoundError as missing:  # the light install: the host-side SDK without the `operator` extra
-    sys.exit(f"gymsandbox: {missing.name} is missing; the command needs: pip install 'gymsandbox[operator]'")
+from gymsandbox import __version__
+
+# What the commands but --help and --version need: the `operator` extra. They are imported by the command
+# that uses them, so that the light install (the host-side SDK) still answers --help and --version.
+OPERATOR_EXTRA = ("kubernetes", "yaml", "fastapi", "starlette", "uvicorn", "prometheus_client")
 
 Address = tuple[str, int]
 Files = Mapping[str, str]
 
-# Commands that write a directory of generated files: how to render them, and how to read what is there.
-GENERATED_DIRECTORIES: Mapping[str, tuple[Callable[[], Files], Callable[[Path], Files]]] = {
-    "crds": (crdgen.render_crd_files, crdgen.read_crd_files),
-    "docs": (docgen.render_docs, docgen.read_docs),
-}
+# Commands that write a directory of generated files.
+GENERATED_DIRECTORIES = ("crds", "docs")
+
+
+def generated_directory(command: str) -> tuple[Callable[[], Files], Callable[[Path], Files]]:
+    """How to render a directory command's files, and how to read what is there."""
+    from gymsandbox import crdgen, docgen  # noqa: PLC0415 - the operator extra, loaded by its command
+
+    if command == "crds":
+        return crdgen.render_crd_files, crdgen.read_crd_files
+    return docgen.render_docs, docgen.read_docs
 
 
 def listen_address(text: str) -> Address:
@@ -136,9 +136,8 @@ def _parser() -> argparse.ArgumentParser:
     broker.add_argument(
         "--max-calls-per-host",
         type=positive_int,
-        default=BrokerSettings.max_calls_per_host,
         help="commands and transfers one GymHost may have in flight at once; past it, 429 (default"
-        f" {BrokerSettings.max_calls_per_host}). Size it to the rollouts a host runs at once",
+        f" {default_calls_per_host()}). Size it to the rollouts a host runs at once",
     )
     broker.add_argument(
         "--operator-namespace",
@@ -148,37 +147,62 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def default_calls_per_host() -> str:
+    try:
+        from gymsandbox.broker.service import BrokerSettings  # noqa: PLC0415 - the operator extra
+    except ModuleNotFoundError:  # the light install: the broker does not run here anyway
+        return "the broker's"
+    return str(BrokerSettings.max_calls_per_host)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    try:
+        return _run(args)
+    except ModuleNotFoundError as missing:
+        if (missing.name or "").split(".")[0] not in OPERATOR_EXTRA:
+            raise
+        print(
+            f"gymsandbox {args.command}: {missing.name} is missing; this command needs:"
+            " pip install 'gymsandbox[operator]'",
+            file=sys.stderr,
+        )
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.command == "version":
+        print(__version__)
+        return 0
     if args.command in GENERATED_DIRECTORIES:
-        render, read = GENERATED_DIRECTORIES[args.command]
+        render, read = generated_directory(args.command)
         return _generated_files(args.output_dir, render(), read, args.command, check=args.check)
     if args.command == "chart-schema":
+        from gymsandbox import chartschema  # noqa: PLC0415 - the operator extra, loaded by its command
+
         return _generated(args.output, chartschema.render_values_schema(), "chart-schema", check=args.check)
     if args.command == "dashboard":
+        from gymsandbox import dashboard  # noqa: PLC0415 - the operator extra, loaded by its command
+
         return _generated(args.output, dashboard.render_dashboard(), "dashboard", check=args.check)
     if args.command == "broker":
-        settings = BrokerSettings(max_calls_per_host=args.max_calls_per_host)
         return _broker(
             args.policy,
             args.operator_namespace,
             args.listen,
             args.metrics_listen,
             args.tls_dir,
-            settings=settings,
+            max_calls_per_host=args.max_calls_per_host,
         )
-    if args.command == "operator":
-        return _operator(
-            args.policy,
-            args.namespace,
-            args.operator_namespace,
-            liveness=args.liveness,
-            verbose=args.verbose,
-            log_format=args.log_format,
-            metrics_listen=args.metrics_listen,
-        )
-    print(__version__)
-    return 0
+    return _operator(
+        args.policy,
+        args.namespace,
+        args.operator_namespace,
+        liveness=args.liveness,
+        verbose=args.verbose,
+        log_format=args.log_format,
+        metrics_listen=args.metrics_listen,
+    )
 
 
 def _generated_files(
@@ -190,6 +214,8 @@ def _generated_files(
     check: bool,
 ) -> int:
     """Write a directory's generated files, or with `check` only compare them (`read` finds them)."""
+    from gymsandbox import crdgen  # noqa: PLC0415 - the operator extra, loaded by its command
+
     if not check:
         for path in crdgen.write_crd_files(output_dir, expected):
             print(f"wrote {path}")
@@ -233,6 +259,12 @@ def _operator(
             file=sys.stderr,
         )
         return 2
+    from gymsandbox.kube.connect import ConnectionSetupError  # noqa: PLC0415 - the operator extra
+    from gymsandbox.kube.signing import SigningKeyError  # noqa: PLC0415
+    from gymsandbox.metrics import MetricsListenError  # noqa: PLC0415
+    from gymsandbox.policy.cluster import PolicyError  # noqa: PLC0415
+    from gymsandbox.runner import run_operator  # noqa: PLC0415
+
     try:
         run_operator(
             Path(policy),
@@ -256,7 +288,7 @@ def _broker(
     metrics_listen: Address | None,
     tls_dir: str | None,
     *,
-    settings: BrokerSettings,
+    max_calls_per_host: int | None,
 ) -> int:
     policy = policy or os.environ.get("GYMSANDBOX_POLICY")
     if not policy:
@@ -265,6 +297,18 @@ def _broker(
             file=sys.stderr,
         )
         return 2
+    from gymsandbox.broker.server import TLSFilesError, run_broker  # noqa: PLC0415 - the operator extra
+    from gymsandbox.broker.service import BrokerSettings  # noqa: PLC0415
+    from gymsandbox.kube.connect import ConnectionSetupError  # noqa: PLC0415
+    from gymsandbox.kube.signing import SigningKeyError  # noqa: PLC0415
+    from gymsandbox.metrics import MetricsListenError  # noqa: PLC0415
+    from gymsandbox.policy.cluster import PolicyError  # noqa: PLC0415
+
+    settings = (
+        BrokerSettings()
+        if max_calls_per_host is None
+        else BrokerSettings(max_calls_per_host=max_calls_per_host)
+    )
     try:
         run_broker(
             Path(policy),
