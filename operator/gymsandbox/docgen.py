@@ -256,7 +256,7 @@ _TROUBLESHOOTING_INTRO = """\
 
 ```bash
 kubectl get gymhosts,esb                        # Ready and Reason columns
-kubectl describe gymhost NAME                   # every condition; an Event per change of Ready's reason
+kubectl describe gymhost NAME                   # every condition; a Warning Event per failure or refusal
 kubectl get gymhost NAME -o jsonpath='{.status.failure}'   # {kind, reason, message, logsTail}
 ```
 

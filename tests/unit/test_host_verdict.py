@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from gymsandbox.api.conditions import Reason
-from gymsandbox.policy.cluster import USABLE_BY_LABEL, load_policy
+from gymsandbox.policy.cluster import USABLE_BY_LABEL, ClusterPolicy, load_policy
 from gymsandbox.policy.hosts import HostReferences, HostVerdict, judge_host, parse_host_spec, refused_by_host
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -127,6 +127,23 @@ def test_a_host_within_policy_and_its_lifetime_runs_until_it_expires() -> None:
     assert expired.expired
     assert not expired.runs
     assert expired.refusal is None
+
+
+def test_a_host_without_a_ttl_ends_as_its_field_description_says_at_the_policys_cap() -> None:
+    """What `kubectl explain gymhost.spec.lifetime.ttlSeconds` tells a user (the generated CRD) is what
+    happens: unset, the host expires at creation plus the policy's caps.maxTTLSeconds, a day by default."""
+    crd = yaml.safe_load(
+        (Path(__file__).resolve().parents[2] / "crds" / "gymhosts.gymsandbox.dev.yaml").read_text()
+    )
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    described = schema["properties"]["spec"]["properties"]["lifetime"]["properties"]["ttlSeconds"][
+        "description"
+    ]
+    default_cap = ClusterPolicy().caps.max_ttl_seconds
+    assert f"caps.maxTTLSeconds ({default_cap}, a day" in described
+    assert default_cap == 86_400
+    spec = example_spec(lifetime={"expiryPolicy": "Delete"})
+    assert verdict(spec).expires_at == CREATED + timedelta(seconds=POLICY.caps.max_ttl_seconds)
 
 
 def test_a_claim_not_created_yet_is_not_a_refusal_the_pod_waits_for_it() -> None:

@@ -161,7 +161,11 @@ class Failure(Model):
 
 class Lifetime(Model):
     ttl_seconds: int | None = Field(
-        None, ge=1, le=31_536_000, description="Seconds after creation when the object expires. Unset: never."
+        None,
+        ge=1,
+        le=31_536_000,
+        description="Seconds after creation when the host expires (status.expiresAt). Unset: the cluster"
+        " policy's caps.maxTTLSeconds (86400, a day, unless the admin set another); every host ends.",
     )
     expiry_policy: Literal["Delete", "Retain"] = Field(
         "Delete",
