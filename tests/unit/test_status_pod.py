@@ -302,6 +302,22 @@ def test_evicted_pod_is_pod_lost_infrastructure() -> None:
     assert (failure.kind, failure.reason) == (FailureKind.INFRASTRUCTURE, Reason.POD_LOST)
 
 
+@pytest.mark.parametrize(
+    "message",
+    [
+        'Container sandbox exceeded its local ephemeral storage limit "1Gi". ',
+        "Pod ephemeral local storage usage exceeds the total limit of containers 1Gi. ",
+        'Usage of EmptyDir volume "tmp" exceeds the limit "256Mi". ',
+    ],
+    ids=["container-limit", "pod-total", "emptydir-limit"],
+)
+def test_a_pod_evicted_for_its_own_storage_limit_failed_by_its_own_doing(message: str) -> None:
+    """A sandbox that fills its own disk must not pass for lost to infrastructure (which trainers mask)."""
+    failure = failure_of(failed_pod("Evicted", message))
+    assert (failure.kind, failure.reason) == (FailureKind.WORKLOAD, Reason.STORAGE_LIMIT_EXCEEDED)
+    assert failure.message == message
+
+
 def test_evicted_pod_keeps_the_kubelet_message() -> None:
     assert failure_of(failed_pod("Evicted", EVICTED_MESSAGE)).message == EVICTED_MESSAGE
 

@@ -59,6 +59,7 @@ class Reason(StrEnum):
     IMAGE_PULL_BACK_OFF = "ImagePullBackOff"
     CRASH_LOOP_BACK_OFF = "CrashLoopBackOff"
     OOM_KILLED = "OOMKilled"
+    STORAGE_LIMIT_EXCEEDED = "EphemeralStorageLimitExceeded"  # evicted for overrunning its own disk limit
     CONTAINER_CONFIG_ERROR = "CreateContainerConfigError"
     POD_FAILED = "PodFailed"
     POD_LOST = "PodLost"

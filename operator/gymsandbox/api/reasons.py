@@ -192,6 +192,11 @@ REASON_HELP: Mapping[Reason, ReasonHelp] = {
     Reason.OOM_KILLED: ReasonHelp(
         "The container exceeded `resources.memory` (`failure.logsTail` too).", "Raise it, within the cap."
     ),
+    Reason.STORAGE_LIMIT_EXCEEDED: ReasonHelp(
+        "The kubelet evicted the pod because it wrote more than its own `resources.ephemeralStorage` (its"
+        " writable layer, its logs or an emptyDir such as /tmp): the workload's doing, not the node's.",
+        "Write less, or raise it within the cap.",
+    ),
     Reason.CONTAINER_CONFIG_ERROR: ReasonHelp(
         "The kubelet cannot build the container, e.g. an `envFrom` Secret is missing.",
         "Create what is missing.",

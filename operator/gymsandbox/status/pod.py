@@ -21,6 +21,14 @@ INFRASTRUCTURE_POD_REASONS = {
     "Shutdown": Reason.POD_LOST,
     "Terminated": Reason.POD_LOST,
 }
+# How the kubelet words an eviction for a pod's own ephemeral-storage limit (its eviction manager's messages
+# for a container's limit, the pod's total, and an emptyDir's sizeLimit): the sandbox overran what it was
+# given, so the failure is its own, whatever the pod's reason ("Evicted") would suggest.
+OWN_STORAGE_LIMIT = re.compile(
+    r"exceeded its local ephemeral storage limit"
+    r"|ephemeral local storage usage exceeds the total limit of containers"
+    r"|Usage of EmptyDir volume .* exceeds the limit"
+)
 # How long a scheduled pod may wait for its sandbox (its network and runtime) before the operator looks at
 # the kubelet's events for the reason: gVisor's sandbox takes about 2 s here, runc's well under one.
 SANDBOX_GRACE = timedelta(seconds=5)
@@ -134,6 +142,8 @@ def _phase_failure(pod: Mapping[str, Any]) -> PodFailure | None:
     # The kubelet refused a pod it cannot host (OutOfcpu, NodeAffinity, ...): not the workload.
     if pod_reason.startswith("OutOf") or pod_reason in KUBELET_ADMISSION_REASONS:
         return PodFailure(FailureKind.INFRASTRUCTURE, Reason.POD_LOST, f"{pod_reason}: {message}")
+    if pod_reason == "Evicted" and OWN_STORAGE_LIMIT.search(message):
+        return PodFailure(FailureKind.WORKLOAD, Reason.STORAGE_LIMIT_EXCEEDED, message)
     if pod_reason in INFRASTRUCTURE_POD_REASONS:
         return PodFailure(FailureKind.INFRASTRUCTURE, INFRASTRUCTURE_POD_REASONS[pod_reason], message)
     return PodFailure(FailureKind.WORKLOAD, Reason.POD_FAILED, message)
