@@ -14,12 +14,12 @@ from kubernetes.client.exceptions import ApiException
 from gymsandbox.api.conditions import FailureKind, Reason
 from gymsandbox.handlers.common import (
     LOG_TAIL_LINES,
-    REDACTED,
     failure_fields,
     logs_tail,
 )
 from gymsandbox.kube.client import Kube, api_outage, api_refusal
 from gymsandbox.status.pod import PodFailure
+from gymsandbox.status.redaction import REDACTED
 
 TOKEN = "gs1.eyJwYXlsb2FkIjoieCJ9.c2lnbmF0dXJl"
 POD = {

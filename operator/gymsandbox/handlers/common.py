@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -13,6 +12,7 @@ from gymsandbox.kube.client import EVENT, Kube
 from gymsandbox.metrics import METRICS
 from gymsandbox.status.conditions import ConditionState, find
 from gymsandbox.status.pod import SANDBOX_EVENT_REASON, PodFailure, sandbox_overdue
+from gymsandbox.status.redaction import redact
 
 if TYPE_CHECKING:
     from gymsandbox.handlers.context import OperatorContext
@@ -22,9 +22,6 @@ LOG_TAIL_CHARS = 4096
 SANDBOX_ERROR_CHARS = 1024
 # One line per change of Ready (the same change an event announces): what a quiet log keeps.
 TRANSITIONS = logging.getLogger("gymsandbox.transitions")
-REDACTED = "[REDACTED]"
-# Any lease token (another run's too): gs1.<payload>.<signature>, base64url.
-LEASE_TOKEN_SHAPE = re.compile(r"gs1\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}")
 RESOURCES = {"GymHost": "gymhosts", "EpisodeSandbox": "episodesandboxes"}
 TAILED_REASONS = frozenset({Reason.CRASH_LOOP_BACK_OFF, Reason.OOM_KILLED, Reason.POD_FAILED})
 
@@ -59,7 +56,8 @@ def logs_tail(kube: Kube, pod: Mapping[str, Any], container: str, secrets: Seque
     """The container's last log lines (previous run first), else the termination message the kubelet kept.
 
     Untrusted code may print its environment: `secrets` (the owner's token, the values of its envFrom
-    Secrets) and anything shaped like a lease token are redacted.
+    Secrets), as printed or encoded, and anything shaped like a lease token are redacted
+    (status/redaction.py).
     """
     meta = pod["metadata"]
     text = kube.log_tail(meta["namespace"], meta["name"], container, LOG_TAIL_LINES)
@@ -70,9 +68,7 @@ def logs_tail(kube: Kube, pod: Mapping[str, Any], container: str, secrets: Seque
                 text = (last.get("terminated") or state.get("terminated") or {}).get("message")
     if not text:
         return None
-    for secret in sorted(filter(None, secrets), key=len, reverse=True):
-        text = text.replace(secret, REDACTED)
-    text = LEASE_TOKEN_SHAPE.sub(REDACTED, text)
+    text = redact(text, secrets)
     return "\n".join(text.splitlines()[-LOG_TAIL_LINES:])[-LOG_TAIL_CHARS:]
 
 
