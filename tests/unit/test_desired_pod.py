@@ -52,8 +52,11 @@ def policy() -> ClusterPolicy:
     return load_policy(EXAMPLE_POLICY)
 
 
-def build(policy: ClusterPolicy, spec: GymHostSpec | None = None) -> dict[str, Any]:
-    return host_pod(OWNER, spec or make_spec(), policy, SECRET_NAME)
+DEADLINE = 86_400
+
+
+def build(policy: ClusterPolicy, spec: GymHostSpec | None = None, deadline: int = DEADLINE) -> dict[str, Any]:
+    return host_pod(OWNER, spec or make_spec(), policy, SECRET_NAME, deadline_seconds=deadline)
 
 
 def pod_spec(policy: ClusterPolicy, spec: GymHostSpec | None = None) -> dict[str, Any]:
@@ -441,6 +444,16 @@ def test_command_and_args_are_left_to_the_image_when_unset(policy: ClusterPolicy
 
 
 # --- template hash ------------------------------------------------------------------------------------------
+
+
+def test_the_kubelet_ends_the_host_pod_at_its_deadline_which_is_no_part_of_its_template(
+    policy: ClusterPolicy,
+) -> None:
+    """A pod made a minute later has a shorter deadline but the same template: it is not replaced for it."""
+    early, later = build(policy, deadline=3600), build(policy, deadline=3540)
+    assert (early["spec"]["activeDeadlineSeconds"], later["spec"]["activeDeadlineSeconds"]) == (3600, 3540)
+    hashes = {pod["metadata"]["annotations"][TEMPLATE_HASH_ANNOTATION] for pod in (early, later)}
+    assert len(hashes) == 1
 
 
 def test_template_hash_is_the_same_for_the_same_spec(policy: ClusterPolicy) -> None:

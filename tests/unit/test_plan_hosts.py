@@ -53,7 +53,10 @@ def foreign(manifest: Manifest) -> Manifest:
 SECRET = live(lease_secret(OWNER, OLD_TOKEN))
 POLICY_OBJ = live(egress_policy(OWNER, egress_rules(POLICY, RESOLVED)))
 SERVICE = live(host_service(OWNER, SPEC))
-POD = live(host_pod(OWNER, SPEC, POLICY, "swe-gym-run-1-lease"), status={"phase": "Running"})
+CREATED = NOW - timedelta(minutes=10)
+POD = live(
+    host_pod(OWNER, SPEC, POLICY, "swe-gym-run-1-lease", deadline_seconds=3600), status={"phase": "Running"}
+)
 
 
 def world(**fields: Any) -> HostWorld:
@@ -62,6 +65,7 @@ def world(**fields: Any) -> HostWorld:
         OWNER,
         RUNS,
         NOW,
+        CREATED,
         resolved=RESOLVED,
         lease_secret=SECRET,
         lease_token=OLD_TOKEN,
@@ -213,3 +217,12 @@ def test_the_status_fields_of_a_running_host() -> None:
     assert plan.resolved == RESOLVED
     assert plan.expires_at == RUNS.expires_at
     assert with_pod(plan, POD).pod == POD
+
+
+def test_a_new_host_pod_ends_by_the_latest_expiry_its_host_could_be_given() -> None:
+    """Creation plus the cluster's cap (ttlSeconds may be raised up to it; a deadline can only be lowered)."""
+    plan = plan_host(world(pod=None), POLICY)
+    pod = plan.writes[-1].desired
+    assert pod is not None
+    expected = POLICY.caps.max_ttl_seconds - 600  # the host was made ten minutes before NOW
+    assert pod["spec"]["activeDeadlineSeconds"] == expected

@@ -210,8 +210,12 @@ def runtime_scheduling(profile: RuntimeProfile) -> dict[str, object]:
     return scheduling
 
 
-def host_pod(owner: Owner, spec: GymHostSpec, policy: ClusterPolicy, secret_name: str) -> Manifest:
-    """The pod for an admitted spec; the caller has checked that spec.runtime names a known profile."""
+def host_pod(
+    owner: Owner, spec: GymHostSpec, policy: ClusterPolicy, secret_name: str, *, deadline_seconds: int
+) -> Manifest:
+    """The pod for an admitted spec; the caller has checked that spec.runtime names a known profile. The
+    kubelet ends it after `deadline_seconds` (activeDeadlineSeconds) whatever happens to the operator: no host
+    pod outlives the longest lifetime its host could have."""
     profile = policy.runtime_profiles[spec.runtime]
     _, volumes = _mounts_and_volumes(owner.uid, spec, secret_name)
     pod_spec: dict[str, object] = {
@@ -223,12 +227,15 @@ def host_pod(owner: Owner, spec: GymHostSpec, policy: ClusterPolicy, secret_name
         "containers": [_container(owner, spec, policy.broker, secret_name)],
         "volumes": volumes,
         **runtime_scheduling(profile),
+        "activeDeadlineSeconds": deadline_seconds,
     }
+    # The deadline depends on when the pod is made, not on what it runs: it stays out of the template.
+    template = {k: v for k, v in pod_spec.items() if k != "activeDeadlineSeconds"}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": owner.metadata(
-            host_pod_name(owner), child_labels(owner), {TEMPLATE_HASH_ANNOTATION: template_hash(pod_spec)}
+            host_pod_name(owner), child_labels(owner), {TEMPLATE_HASH_ANNOTATION: template_hash(template)}
         ),
         "spec": pod_spec,
     }

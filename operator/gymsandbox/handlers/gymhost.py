@@ -129,7 +129,9 @@ def gather(ctx: OperatorContext, host: Mapping[str, Any], now: datetime) -> Host
     owner = Owner(KIND, meta["name"], meta["namespace"], meta["uid"])
     verdict, references = host_verdict(kube, host, ctx.policy, now)
     pod = kube.get(POD, owner.namespace, host_pod_name(owner))
-    world = HostWorld(owner, verdict, now, pod=pod)
+    created = parse_time(meta["creationTimestamp"])
+    assert created is not None  # the API server always sets it
+    world = HostWorld(owner, verdict, now, created, pod=pod)
     if verdict.spec is None or not verdict.runs or verdict.expires_at is None:
         return world
     spec = verdict.spec

@@ -7,8 +7,9 @@ another object is a refusal) is table-tested without a cluster (tests/unit/test_
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from gymsandbox.api.conditions import Reason
 from gymsandbox.desired.networkpolicy import egress_policy, egress_policy_name, egress_rules
@@ -31,6 +32,7 @@ class HostWorld:
     owner: Owner
     verdict: HostVerdict  # policy/hosts.py: spec, policy, the Secrets and claims it names, its lifetime
     now: datetime
+    created: datetime  # the host's creationTimestamp
     # The allowlist resolved now (None: not resolved), or why it cannot be (DNS: retried) or is refused.
     resolved: tuple[ResolvedTarget, ...] | None = None
     dns_error: str | None = None
@@ -115,7 +117,9 @@ def plan_host(world: HostWorld, policy: ClusterPolicy) -> HostPlan:
     )
     pod_planned = has_egress_policy and world.runtime_class_missing is None
     if pod_planned:
-        desired_pod = host_pod(owner, spec, policy, secret_name)
+        desired_pod = host_pod(
+            owner, spec, policy, secret_name, deadline_seconds=host_pod_deadline(world, policy)
+        )
         writes.append(child("Pod", host_pod_name(owner), plan_pod(world.pod, desired_pod, owner.uid)))
     conflict = next((w for w in writes if w.write.verb == "conflict"), None)
     if conflict is not None:  # what comes before it is made; nothing after it
@@ -139,6 +143,14 @@ def plan_host(world: HostWorld, policy: ClusterPolicy) -> HostPlan:
         resolved=world.resolved or (),
         secrets=(token, *world.redact),
     )
+
+
+def host_pod_deadline(world: HostWorld, policy: ClusterPolicy) -> int:
+    """activeDeadlineSeconds for a host pod made now: it ends by the latest expiry its host could be given
+    (creation plus the cluster's cap; ttlSeconds may be raised up to it later, and a pod's deadline can only
+    be lowered), so no host pod outlives its host even when the operator is gone."""
+    latest = world.created + timedelta(seconds=policy.caps.max_ttl_seconds)
+    return max(1, math.ceil((latest - world.now).total_seconds()))
 
 
 def child(kind: str, name: str, write: Write) -> ChildWrite:
