@@ -95,7 +95,11 @@ def release_finalizers(api: client.ApiClient, namespace_prefixes: tuple[str, ...
         for item in custom.list_cluster_custom_object("gymsandbox.dev", "v1alpha1", plural)["items"]:
             meta = item["metadata"]
             if meta["namespace"].startswith(namespace_prefixes) and meta.get("finalizers"):
-                custom.patch_namespaced_custom_object(
-                    "gymsandbox.dev", "v1alpha1", meta["namespace"], plural, meta["name"],
-                    {"metadata": {"finalizers": None}},
-                )  # fmt: skip
+                try:
+                    custom.patch_namespaced_custom_object(
+                        "gymsandbox.dev", "v1alpha1", meta["namespace"], plural, meta["name"],
+                        {"metadata": {"finalizers": None}},
+                    )  # fmt: skip
+                except client.ApiException as e:
+                    if e.status != 404:  # gone since the listing (its namespace finished deleting): done
+                        raise
