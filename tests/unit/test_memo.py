@@ -1,5 +1,5 @@
 """The engine's one cache (kube/memo.py): a value is computed once per versions of its inputs, kept per
-object, and dropped with its object or once the object goes unasked-for too long."""
+object, and dropped with its object or once nothing was kept for it for too long."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def test_what_was_found_to_hold_holds_only_for_exactly_those_versions() -> None:
     assert not memo.agrees("u1", "ready-agrees", ("rv1", "pod-rv1"))
 
 
-def test_an_objects_values_go_with_it_and_with_time_unasked() -> None:
+def test_an_objects_values_go_with_it_and_with_time_unchanged() -> None:
     clock = Clock()
     memo = Memo(clock)
     memo.get("gone", "verdict", 1, lambda: "x")
@@ -53,7 +53,7 @@ def test_an_objects_values_go_with_it_and_with_time_unasked() -> None:
     memo.forget("gone")
     assert len(memo) == 2
     clock.now = 100.0
-    memo.agrees("busy", "verdict", 1)  # asked about: still in use
+    memo.get("busy", "verdict", 2, lambda: "z2")  # kept again: still in use
     memo.prune(idle_seconds=50)
     assert len(memo) == 1
-    assert memo.get("busy", "verdict", 1, lambda: "recomputed") == "z"
+    assert memo.get("busy", "verdict", 2, lambda: "recomputed") == "z2"

@@ -4,8 +4,8 @@ versions, the value comes back without computing; with any other, it is computed
 asked, a value equal to the one it replaces stays that object, so that callers may compare by identity).
 
 What is kept for an object is dropped with it (`forget`) or, for an object whose deletion was never seen (a
-watch gap), once nobody asked for it for a while (`prune`): the cache stays as large as the objects handled
-lately. It replaces the hand-made memo maps the handlers once kept one by one.
+watch gap), once nothing was kept for it for a while (`prune`): the cache stays as large as the objects
+handled lately. It replaces the hand-made memo maps the handlers once kept one by one.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ class Memo:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._lock = threading.Lock()
         self._entries: dict[str, dict[str, tuple[Hashable, Any]]] = {}  # uid -> what -> (versions, value)
-        self._used: dict[str, float] = {}  # uid -> when any of its values was last asked for
+        self._used: dict[str, float] = {}  # uid -> when any of its values was last kept
         self._clock = clock
 
     def get(
@@ -65,7 +65,7 @@ class Memo:
             self._entries.pop(uid, None)
 
     def prune(self, idle_seconds: float) -> None:
-        """Drop what is kept for objects nobody asked about in `idle_seconds`."""
+        """Drop what is kept for objects nothing was kept for in `idle_seconds`."""
         cutoff = self._clock() - idle_seconds
         with self._lock:
             for uid in [uid for uid, used in self._used.items() if used < cutoff]:
@@ -78,9 +78,10 @@ class Memo:
             return len(self._entries)
 
     def _kept(self, uid: str, what: str) -> tuple[Hashable, Any] | None:
-        with self._lock:
-            self._used[uid] = self._clock()
-            return self._entries.get(uid, {}).get(what)
+        # A read takes no lock and no clock (each is a dict lookup, atomic in CPython): a burst plans every
+        # episode of a host on each create. Only a write counts as use, so a value read for an hour without
+        # ever changing is pruned, and computed once more when next asked.
+        return self._entries.get(uid, {}).get(what)
 
     def _keep(self, uid: str, what: str, versions: Hashable, value: Any) -> None:
         with self._lock:
