@@ -69,7 +69,7 @@ def run_operator(
         if stop.is_set():
             return
         election.keep(on_lost=lost_the_lead(election))
-        engine = Engine(context)
+        engine = Engine(context, stop)  # a signal also ends a listing that keeps failing
         health.check = engine.healthy
         try:
             engine.start()

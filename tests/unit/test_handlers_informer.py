@@ -6,17 +6,19 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import urllib3
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
+from gymsandbox.handlers import engine as engine_module
 from gymsandbox.handlers.context import OperatorContext
 from gymsandbox.handlers.engine import Engine, watched_namespaces
 from gymsandbox.kube import informer
-from gymsandbox.kube.client import Kube
-from gymsandbox.kube.informer import RetryError, WorkQueue, retry_delay
+from gymsandbox.kube.client import GYMHOST, Kube
+from gymsandbox.kube.informer import Informer, RetryError, WorkQueue, retry_delay
 from gymsandbox.leases import SigningKey
 from gymsandbox.policy.cluster import ClusterPolicy
 
@@ -261,3 +263,36 @@ def test_an_episode_childs_deletion_goes_under_its_episodes_key_by_uid(
 ) -> None:
     work = engine.to_episode(type, child)
     assert (work[0] if work else None) == routed
+
+
+class FlakyListing:
+    """An informer whose listings fail with `errors` first, then succeed (only what Engine._listed uses)."""
+
+    def __init__(self, *errors: Exception) -> None:
+        self.errors, self.listed = list(errors), 0
+        self.kind = GYMHOST
+
+    def list(self) -> None:
+        if self.errors:
+            raise self.errors.pop(0)
+        self.listed += 1
+
+
+def test_a_listing_the_api_server_does_not_answer_at_start_is_tried_again_in_one_line(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(engine_module, "RETRY_SECONDS", 0.01)
+    outage = urllib3.exceptions.MaxRetryError(None, "/apis", "refused")
+    flaky = FlakyListing(outage, outage, ApiException(status=503, reason="Service Unavailable"))
+    assert engine._listed(cast(Informer, flaky))
+    assert flaky.listed == 1
+    assert caplog.text.count("listing gymhosts failed") == 1  # when it begins failing, not every time
+    assert "Traceback" not in caplog.text
+
+
+def test_a_bug_in_a_listing_is_not_retried_and_a_stop_ends_the_retries(engine: Engine) -> None:
+    with pytest.raises(KeyError):
+        engine._listed(cast(Informer, FlakyListing(KeyError("metadata"))))
+    engine.stop()
+    refused = ApiException(status=503, reason="Service Unavailable")
+    assert not engine._listed(cast(Informer, FlakyListing(refused)))

@@ -35,8 +35,17 @@ from gymsandbox.handlers.episode import (
 )
 from gymsandbox.handlers.gymhost import KIND as HOST_KIND
 from gymsandbox.handlers.gymhost import host_event, host_pod_changed, host_resync
-from gymsandbox.kube.client import EPISODE, GYMHOST, NETWORK_POLICY, POD, SECRET, controller_uid
-from gymsandbox.kube.informer import Informer, WorkQueue
+from gymsandbox.kube.client import (
+    EPISODE,
+    GYMHOST,
+    NETWORK_POLICY,
+    POD,
+    SECRET,
+    api_outage,
+    api_refusal,
+    controller_uid,
+)
+from gymsandbox.kube.informer import RETRY_SECONDS, Informer, WorkQueue
 from gymsandbox.kube.store import Store, slim_pod
 from gymsandbox.metrics import METRICS
 
@@ -66,13 +75,14 @@ def kept_in(store: Store) -> Seen:
 class Engine:
     """The informers, the work queue their events go to, and the clock."""
 
-    def __init__(self, ctx: OperatorContext) -> None:
+    def __init__(self, ctx: OperatorContext, stopped: threading.Event | None = None) -> None:
+        """`stopped`: set to stop the engine (the process's signal), else by `stop`."""
         self.ctx = ctx
         self.queue = WorkQueue(WORKERS, later=ctx.later)
         # Host pods are read from the API server when a host is reconciled: their store only lets a listing
         # find what a watch gap hid.
         self.host_pods = Store(keep=slim_pod)
-        self._stopped = threading.Event()
+        self._stopped = stopped if stopped is not None else threading.Event()
         self._clock = threading.Thread(target=self._run_clock, name="gymsandbox-clock", daemon=True)
         hosts, episodes = partial(host_event, ctx), partial(episode_event, ctx)
         kinds: list[tuple[str, Any, str, Store, Seen, Route | None]] = [
@@ -143,9 +153,12 @@ class Engine:
         return (f"children/{episode_uid}", type, child, partial(episode_child_deleted, self.ctx))
 
     def start(self) -> None:
-        """List every kind, then watch, handle and tick."""
+        """List every kind, then watch, handle and tick. A listing the API server does not answer, or
+        refuses (an authorizer still loading after its restart), is tried again every RETRY_SECONDS, in a
+        line each time it begins failing, until it succeeds or the engine is stopped."""
         for informer in self.informers:
-            informer.list()
+            if not self._listed(informer):
+                return
         for informer in self.informers:
             informer.start()
         self.queue.start()
@@ -160,6 +173,22 @@ class Engine:
             len(ctx.secrets),
             len(ctx.policies),
         )
+
+    def _listed(self, informer: Informer) -> bool:
+        failing = False
+        while not self._stopped.is_set():
+            try:
+                informer.list()
+                return True
+            except Exception as e:
+                problem = api_outage(e) or api_refusal(e)
+                if problem is None:
+                    raise
+                if not failing:
+                    LOG.warning("listing %s failed (%s); trying again", informer.kind.plural, problem)
+                failing = True
+                self._stopped.wait(RETRY_SECONDS)
+        return False
 
     def stop(self, wait_seconds: float = 0.0) -> None:
         """Take no more work; wait up to `wait_seconds` for what is being handled."""

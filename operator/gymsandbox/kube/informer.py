@@ -103,7 +103,7 @@ class WorkQueue:
             return len(self._pending)
 
     def failing(self) -> int:
-        """How many keys wait for a retry."""
+        """How many keys failed on their last run (and have not succeeded since)."""
         with self._cond:
             return len(self._failures)
 
