@@ -7,6 +7,7 @@ deadline (activeDeadlineSeconds), which the kubelet enforces even with no operat
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -102,6 +103,31 @@ def test_an_orphaning_delete_does_not_leave_the_pod_running(
         timeout=SWEEP_SECONDS,
         what="the orphaned episode's Secret and NetworkPolicy to be removed",
     )
+
+
+def test_a_pod_orphaned_while_the_operator_was_stopped_keeps_its_slot_once_it_starts(
+    cluster: Cluster,
+    own_namespace: str,
+    start_operator: Callable[[], OperatorProcess],
+    api_client: client.ApiClient,
+    core: client.CoreV1Api,
+) -> None:
+    """No plan, the first one after a start included, admits into a slot that an orphaned pod holds: the
+    episode is gone from every listing, only its pod tells."""
+    hosts, episodes = Hosts(api_client, own_namespace), Episodes(api_client, own_namespace)
+    first = start_operator()
+    ready_host(cluster, own_namespace, hosts, spec__episodes__maxConcurrent=1)
+    episodes.create(episode("orphaned"))
+    episodes.wait_ready("orphaned")
+    first.stop()
+    client.CustomObjectsApi(api_client).delete_namespaced_custom_object(
+        GROUP, VERSION, own_namespace, "episodesandboxes", "orphaned", propagation_policy="Orphan"
+    )
+    episodes.create(episode("next"))
+    eventually(lambda: episodes.get("orphaned") is None, timeout=10, what="the orphaned episode to go")
+    assert pod_of(core, own_namespace, "orphaned") is not None, "nothing ends the pod with no operator"
+    start_operator()
+    watch_slot(core, episodes, own_namespace, "orphaned", "next")
 
 
 def test_every_sandbox_pod_carries_a_deadline_no_later_than_its_longest_possible_ttl(

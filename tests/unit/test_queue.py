@@ -7,7 +7,15 @@ from typing import Any
 
 import pytest
 
-from gymsandbox.policy.queue import EpisodeSlot, QueuePlan, plan_queue, position_due
+from gymsandbox.api.names import LABEL_EPISODE_UID
+from gymsandbox.policy.queue import (
+    EpisodeSlot,
+    Lingering,
+    QueuePlan,
+    lingering_sandboxes,
+    plan_queue,
+    position_due,
+)
 
 NOW = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
 
@@ -223,6 +231,41 @@ def test_pods_lingering_without_an_open_episode_hold_slots() -> None:
     assert (plan.admit, plan.positions) == (["c"], {"d": 1})
     assert plan_queue(episodes, 3, NOW, lingering=0).admit == ["c", "d"]
     assert plan_queue(episodes, 1, NOW, lingering=2).admit == []
+
+
+def sandbox_pod(episode_uid: str | None, phase: str = "Running", terminating: bool = False) -> dict[str, Any]:
+    labels = {} if episode_uid is None else {LABEL_EPISODE_UID: episode_uid}
+    meta: dict[str, Any] = {"labels": labels}
+    if terminating:
+        meta["deletionTimestamp"] = "2025-01-01T12:00:00Z"
+    return {"metadata": meta, "status": {"phase": phase}}
+
+
+@pytest.mark.parametrize(
+    ("pods", "open_episodes", "expected"),
+    [
+        pytest.param([sandbox_pod("a"), sandbox_pod("b")], {"a", "b"}, Lingering(), id="all-open"),
+        pytest.param([sandbox_pod("a")], set(), Lingering(1, ["a"]), id="episode-gone-pod-running"),
+        pytest.param(
+            [sandbox_pod("a", terminating=True)], set(), Lingering(1, []), id="terminating-still-holds"
+        ),
+        pytest.param([sandbox_pod("a", phase="Succeeded")], set(), Lingering(0, ["a"]), id="finished"),
+        pytest.param([sandbox_pod("a", phase="Failed", terminating=True)], set(), Lingering(), id="over"),
+        pytest.param([sandbox_pod("a", phase="Pending")], {"b"}, Lingering(1, ["a"]), id="pending-holds"),
+        pytest.param([sandbox_pod(None)], set(), Lingering(1, []), id="unlabelled-holds-not-ended"),
+        pytest.param(
+            [sandbox_pod("b"), sandbox_pod("a"), sandbox_pod("a"), sandbox_pod("c")],
+            {"c"},
+            Lingering(3, ["a", "b"]),
+            id="each-pod-holds-each-uid-ended-once",
+        ),
+    ],
+)
+def test_lingering_sandboxes(
+    pods: list[dict[str, Any]], open_episodes: set[str], expected: Lingering
+) -> None:
+    """Pods of episodes not open hold a slot while they run; those not terminating are ended, by uid."""
+    assert lingering_sandboxes(pods, open_episodes) == expected
 
 
 def test_a_moving_queue_rewrites_positions_near_the_head_or_once_halved() -> None:

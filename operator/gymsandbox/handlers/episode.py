@@ -192,16 +192,16 @@ def refresh_later(ctx: OperatorContext, namespace: str, name: str) -> None:
 
 
 def sync_and_refresh(
-    ctx: OperatorContext, namespace: str, host_name: str, *, sweep: bool = False, also: str | None = None
+    ctx: OperatorContext, namespace: str, host_name: str, *, also: str | None = None
 ) -> None:
     """The host loop, then the episode loop for what it touched (and `also`, the episode at hand), but for
     episodes whose own event handler is still to come or running: it reconciles them itself, in parallel."""
     host = current_host(ctx, namespace, host_name)
     touched = []
     if host is not None and not host["metadata"].get("deletionTimestamp"):
-        # A sweep always runs; else a plan begun after this call (a busy host's next one) is enough.
-        ticket = None if sweep else ctx.plans.ask(host["metadata"]["uid"])
-        touched = sync_host_episodes(ctx, host, now(), sweep=sweep, ticket=ticket)
+        # A plan begun after this call (a busy host's next one) sees what this call saw: it is enough.
+        ticket = ctx.plans.ask(host["metadata"]["uid"])
+        touched = sync_host_episodes(ctx, host, now(), ticket=ticket)
     for name in [also] if also is not None else []:
         refresh_episode(ctx, namespace, name)
     for name in touched:
@@ -241,7 +241,7 @@ def handle_episode_event(ctx: OperatorContext, body: Manifest, type: str | None)
         ctx.forget_episode(uid)
         METRICS.forget(uid)
         if host_name is not None:
-            sync_and_refresh(ctx, namespace, host_name, sweep=True)
+            sync_and_refresh(ctx, namespace, host_name)
         return
     if needs_reconcile(body, type):
         if type == "ADDED":
@@ -264,8 +264,7 @@ def episodes_tick(ctx: OperatorContext, _: str | None, host: Manifest) -> None:
     expiries happen without events, and so does a restart's backlog."""
     meta = host["metadata"]
     namespace = str(meta["namespace"])
-    sweep = ctx.due(f"sweep/{meta['uid']}", RESYNC_SECONDS)
-    for name in sync_host_episodes(ctx, host, now(), sweep=sweep, retry=True):
+    for name in sync_host_episodes(ctx, host, now(), retry=True):
         refresh_episode(ctx, namespace, name)
     if ctx.due(f"drift/{namespace}", RESYNC_SECONDS):  # one pass covers every host of the namespace
         for name in episodes_needing_repair(ctx, namespace):

@@ -211,7 +211,6 @@ def sync_host_episodes(
     host: Manifest,
     moment: datetime,
     *,
-    sweep: bool = False,
     retry: bool = False,
     ticket: int | None = None,
 ) -> list[str]:
@@ -219,8 +218,8 @@ def sync_host_episodes(
     (admitted, renewed or timed out just now; with `retry`, also those whose last reconcile did not finish:
     an admission not written yet, a spec not observed yet).
 
-    Sandbox pods running without an open episode hold slots (and are ended). They are looked for on `sweep`
-    (an episode deleted, a resync), while an episode is closing, and until the last one seen is gone."""
+    Sandbox pods running without an open episode (their episode deleted, closing, or deleted with its pod
+    orphaned) hold slots, and are ended; every plan looks for them in the pods' store."""
     meta = host["metadata"]
     try:
         host_spec = GymHostSpec.model_validate(host.get("spec") or {})
@@ -234,9 +233,8 @@ def sync_host_episodes(
         by_name = {e["metadata"]["name"]: e for e in host_episodes(ctx, host)}
         seen = {name: planned_slot(ctx, e, host) for name, e in by_name.items()}
         slots = {name: p.slot for name, p in seen.items()}
-        if sweep or ctx.lingering.get(uid) or any(s.closing for s in slots.values()):
-            open_uids = {by_name[name]["metadata"]["uid"] for name, s in slots.items() if not s.closing}
-            ctx.lingering[uid] = end_lingering_sandboxes(kube, ctx.pods, namespace, uid, open_uids)
+        open_uids = {by_name[name]["metadata"]["uid"] for name, s in slots.items() if not s.closing}
+        ctx.lingering[uid] = end_lingering_sandboxes(kube, ctx.pods, namespace, uid, open_uids)
         plan = plan_queue(
             list(slots.values()),
             host_spec.episodes.max_concurrent,

@@ -5,13 +5,12 @@ found and deleted by their episode's and host's uids (desired/labels.py), never 
 
 from __future__ import annotations
 
-from gymsandbox.api.names import LABEL_EPISODE_UID
 from gymsandbox.desired.labels import sandbox_pods_selector
 from gymsandbox.kube.client import POD, Kube
 from gymsandbox.kube.store import Store
+from gymsandbox.policy.queue import lingering_sandboxes
 
 REAP_BATCH = 100  # episodes whose pods one request deletes (a label selector of their uids)
-_OVER = ("Succeeded", "Failed")
 
 
 def stop_sandboxes(kube: Kube, pods: Store, namespace: str, episode_uids: list[str]) -> None:
@@ -30,27 +29,11 @@ def end_lingering_sandboxes(
     kube: Kube, pods: Store, namespace: str, host_uid: str, open_episodes: set[str]
 ) -> int:
     """How many of the host's sandbox pods still run although their episode (by uid) is not among
-    `open_episodes`. All such pods not yet terminating are deleted now; each one still running counts as a
-    held slot until it is gone.
+    `open_episodes` (policy/queue.py); those not terminating yet are deleted now.
 
     Read from `pods`, the sandbox pods' store (grouped by host uid): it holds every pod this process created
     (the create's answer) and every one the watch reported, and loses one only on its deletion event, so a
     running pod is never missed; at worst a pod already gone still holds its slot until the event arrives."""
-    lingering = [
-        pod
-        for pod in pods.group(namespace, host_uid)
-        if (pod["metadata"].get("labels") or {}).get(LABEL_EPISODE_UID) not in open_episodes
-    ]
-    to_end = sorted(
-        {
-            pod["metadata"]["labels"][LABEL_EPISODE_UID]
-            for pod in lingering
-            if not pod["metadata"].get("deletionTimestamp") and LABEL_EPISODE_UID in pod["metadata"]["labels"]
-        }
-    )
-    for start in range(0, len(to_end), REAP_BATCH):
-        for pod in kube.delete_collection(
-            POD, namespace, labels=sandbox_pods_selector(set(to_end[start : start + REAP_BATCH]))
-        ):
-            pods.put(pod)
-    return sum(1 for pod in lingering if (pod.get("status") or {}).get("phase") not in _OVER)
+    lingering = lingering_sandboxes(pods.group(namespace, host_uid), open_episodes)
+    stop_sandboxes(kube, pods, namespace, lingering.to_end)
+    return lingering.holding

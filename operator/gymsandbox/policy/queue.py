@@ -6,9 +6,12 @@ seen), applies the plan, and holds a per-host lock so two plans never overlap.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
+
+from gymsandbox.api.names import LABEL_EPISODE_UID
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,38 @@ def plan_queue(
         active=len(holding) + len(admit),
         queued=len(queue),
     )
+
+
+_OVER = ("Succeeded", "Failed")
+
+
+@dataclass(frozen=True)
+class Lingering:
+    """A host's sandbox pods whose episode is not open (gone, closing, or never seen)."""
+
+    holding: int = 0  # still running (terminating or not): each holds a slot until it is gone
+    to_end: list[str] = field(default_factory=list)  # episode uids whose pods are not terminating yet
+
+
+def lingering_sandboxes(pods: Iterable[Mapping[str, Any]], open_episodes: set[str]) -> Lingering:
+    """Which of a host's sandbox pods run without an open episode (by the episode uid on their label), how
+    many of them hold a slot, and whose pods are to be ended now. Looked at in every plan, not only after a
+    deletion event: an episode deleted with its pod orphaned is gone from the episodes' store the moment its
+    event arrives, and a plan run by another worker before the deletion's own sweep would otherwise give its
+    slot away while the pod still runs."""
+    lingering = [
+        pod
+        for pod in pods
+        if (pod["metadata"].get("labels") or {}).get(LABEL_EPISODE_UID) not in open_episodes
+    ]
+    to_end = {
+        str(pod["metadata"]["labels"][LABEL_EPISODE_UID])
+        for pod in lingering
+        if not pod["metadata"].get("deletionTimestamp")
+        and LABEL_EPISODE_UID in (pod["metadata"].get("labels") or {})
+    }
+    holding = sum(1 for pod in lingering if (pod.get("status") or {}).get("phase") not in _OVER)
+    return Lingering(holding=holding, to_end=sorted(to_end))
 
 
 EXACT_HEAD = 3  # the first in line always see their exact place
