@@ -10,26 +10,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any
 
 from gymsandbox.api.conditions import Reason
 from gymsandbox.api.episode import EpisodeSandboxSpec
 from gymsandbox.api.gymhost import Egress
-from gymsandbox.desired.networkpolicy import egress_policy, episode_egress_rules
 from gymsandbox.desired.owner import TEMPLATE_HASH_ANNOTATION, Manifest, Owner
-from gymsandbox.desired.pod import EpisodeHost, episode_pod, episode_pod_name
-from gymsandbox.handlers.children import delete_pod, ensure_network_policy, ensure_pod
+from gymsandbox.desired.pod import episode_pod_name
+from gymsandbox.handlers.children import apply_write, delete_pod, ensure_network_policy
 from gymsandbox.handlers.common import now, parse_time, sandbox_error
 from gymsandbox.handlers.context import Made, OperatorContext
-from gymsandbox.handlers.episode_queue import (
-    Judged,
-    effective_ttl,
-    host_episodes,
-    judged,
-    pod_deadline_seconds,
-)
+from gymsandbox.handlers.episode_queue import host_episodes, judged
 from gymsandbox.handlers.leases import ensure_lease_secret, secret_token
 from gymsandbox.kube.client import (
     EPISODE,
@@ -41,8 +34,18 @@ from gymsandbox.kube.client import (
     ChildConflictError,
     Kube,
     controller_uid,
+    create_or_adopt,
 )
-from gymsandbox.leases import Claims, Kind, Scope
+from gymsandbox.leases import Kind
+from gymsandbox.plan.children import Write
+from gymsandbox.plan.episodes import (
+    EpisodePlan,
+    EpisodeWorld,
+    lease_for,
+    plan_episode,
+    runs,
+    template_hash,
+)
 from gymsandbox.policy.admission import Refusal
 from gymsandbox.policy.egress import EgressError, EgressTarget, ResolutionError, egress_targets, resolve
 from gymsandbox.policy.episodes import episode_runtime
@@ -76,90 +79,45 @@ def current_host(ctx: OperatorContext, namespace: str, name: str) -> Manifest | 
 def observe_episode(
     ctx: OperatorContext, episode: Mapping[str, Any], moment: datetime, *, fresh: bool = False
 ) -> tuple[EpisodeObservation, EpisodeChildren]:
-    """Admission, then (once admitted) the children in order; a taken child name is a refusal. `fresh`: it
-    was admitted just now by this process, so its children are made without looking first."""
+    """Gather, plan (plan/episodes.py), apply: admission, then (once admitted) the children in order; a taken
+    child name is a refusal. `fresh`: it was admitted just now by this process, so its children are made
+    without looking first."""
+    world = gather_episode(ctx, episode, moment)
+    plan = plan_episode(world, ctx.policy)
     try:
-        return _observe_episode(ctx, episode, moment, fresh)
+        return apply_episode_plan(ctx, world, plan, fresh=fresh)
     except ChildConflictError as e:
         return EpisodeObservation(refusal=Refusal(Reason.CHILD_CONFLICT, str(e))), EpisodeChildren()
 
 
-def _observe_episode(
-    ctx: OperatorContext, episode: Mapping[str, Any], moment: datetime, fresh: bool
-) -> tuple[EpisodeObservation, EpisodeChildren]:
-    kube, meta, status = ctx.kube, episode["metadata"], episode.get("status") or {}
-    owner = Owner(KIND, meta["name"], meta["namespace"], meta["uid"])
+def gather_episode(ctx: OperatorContext, episode: Mapping[str, Any], moment: datetime) -> EpisodeWorld:
+    """The episode, its host's verdict and its children as known, from the stores and this process's memory;
+    for an episode that runs, its allowlist resolved and its RuntimeClass looked up."""
+    meta, status = episode["metadata"], episode.get("status") or {}
+    owner = owner_of(episode)
     host_name = ((episode.get("spec") or {}).get("hostRef") or {}).get("name")
     host = current_host(ctx, owner.namespace, host_name) if isinstance(host_name, str) else None
-    verdict: Judged = judged(ctx, episode, host)
-    admitted_at = parse_time(status.get("admittedAt"))
-    if host is not None and verdict.host_spec is not None:
-        adopt_by_host(ctx, episode, host)
-    if verdict.refusal and not (admitted_at and verdict.refusal.reason == Reason.TTL_OVER_CAP):
-        delete_pod(kube, owner, episode_pod_name(owner), seen=ctx.pods)
-        return EpisodeObservation(refusal=verdict.refusal), EpisodeChildren()
-    spec, host_spec = verdict.spec, verdict.host_spec
+    created = parse_time(meta["creationTimestamp"])
+    assert created is not None  # the API server always sets it
+    made = ctx.children.get(owner.uid)
+    world = EpisodeWorld(
+        owner=owner,
+        judged=judged(ctx, episode, host),
+        now=moment,
+        created=created,
+        admitted_at=parse_time(status.get("admittedAt")),
+        queue_position=status.get("queuePosition"),
+        host_uid=host["metadata"]["uid"] if host is not None else None,
+        owner_references=tuple(meta.get("ownerReferences") or ()),
+        pod=ctx.pods.get(owner.namespace, episode_pod_name(owner)),
+        lease_made_for=made.lease[0] if made is not None and made.lease is not None else None,
+        policy_made=made.policy if made is not None else None,
+    )
+    if not runs(world, ctx.policy):
+        return world
+    spec, host_spec = world.judged.spec, world.judged.host_spec
     assert spec is not None
     assert host_spec is not None
-    if admitted_at is None:
-        created = parse_time(meta["creationTimestamp"])
-        timed_out = bool(
-            spec.admission_timeout_seconds
-            and created
-            and moment >= created + timedelta(seconds=spec.admission_timeout_seconds)
-        )
-        return EpisodeObservation(
-            timed_out=timed_out, queue_position=status.get("queuePosition")
-        ), EpisodeChildren()
-    expires_at = admitted_at + timedelta(seconds=effective_ttl(spec, host_spec, ctx))
-    if moment >= expires_at:
-        delete_pod(kube, owner, episode_pod_name(owner), seen=ctx.pods)
-        return EpisodeObservation(admitted=True, expired=True), EpisodeChildren()
-    made = ctx.children.setdefault(owner.uid, Made())
-    claims = Claims(
-        kind=KIND,
-        namespace=owner.namespace,
-        name=owner.name,
-        uid=owner.uid,
-        scope=Scope.OWNER,
-        rollout_id=spec.rollout_id,
-        expires_at=int(expires_at.timestamp()),
-    )
-    lease_for = (claims.expires_at, claims.rollout_id)  # what a token is issued for (its id is new each time)
-    lease = None
-    if made.lease is None or made.lease[0] != lease_for:
-        issued_at = int(moment.timestamp())
-        lease = ctx.alongside(
-            lambda: ensure_lease_secret(kube, owner, ctx.signing_key, claims, issued_at, fresh=fresh)
-        )
-    try:  # the NetworkPolicy while the Secret is made: both exist before the pod, neither needs the other
-        refusal = ensure_egress(ctx, owner, spec, made, fresh)
-    finally:
-        if lease is not None:
-            made.lease = (lease_for, *lease.result())
-    assert made.lease is not None
-    children = EpisodeChildren(made.lease[1], made.lease[2])
-    if refusal is not None:
-        return EpisodeObservation(refusal=refusal), children
-    profile = ctx.policy.runtime_profiles[episode_runtime(spec, host_spec)]
-    if not runtime_class_exists(ctx, profile.runtime_class_name):
-        missing = f"RuntimeClass {profile.runtime_class_name} does not exist; no pod is created"
-        return EpisodeObservation(admitted=True, runtime_class_missing=missing), children
-    deadline = pod_deadline_seconds(admitted_at, host_spec, ctx, moment)
-    assert host is not None
-    runs_for = EpisodeHost(host["metadata"]["uid"], host_spec)
-    desired = episode_pod(owner, spec, runs_for, profile, deadline)
-    pod = ensure_pod(kube, owner, desired, seen=ctx.pods, fresh=fresh)
-    return EpisodeObservation(
-        admitted=True, pod=pod, sandbox_error=sandbox_error(kube, pod, moment)
-    ), children
-
-
-def ensure_egress(
-    ctx: OperatorContext, owner: Owner, spec: EpisodeSandboxSpec, made: Made, fresh: bool
-) -> Refusal | None:
-    """The episode's NetworkPolicy from its allowlist as resolved now; a refusal when the allowlist cannot be
-    resolved or is not allowed."""
     try:
         resolved = resolve(
             egress_targets_of(spec),
@@ -170,13 +128,66 @@ def ensure_egress(
         )
     except (ResolutionError, EgressError) as e:
         reason = Reason.EGRESS_INVALID if isinstance(e, EgressError) else Reason.DNS_RESOLUTION_FAILED
-        return Refusal(reason, str(e))
-    policy = egress_policy(owner, episode_egress_rules(ctx.policy, resolved))
-    digest = policy["metadata"]["annotations"][TEMPLATE_HASH_ANNOTATION]
-    if made.policy != digest:
-        ensure_network_policy(ctx.kube, owner, policy, fresh=fresh)
-        made.policy = digest
-    return None
+        return replace(world, egress_refusal=Refusal(reason, str(e)))
+    profile = ctx.policy.runtime_profiles[episode_runtime(spec, host_spec)]
+    missing = None
+    if not runtime_class_exists(ctx, profile.runtime_class_name):
+        missing = f"RuntimeClass {profile.runtime_class_name} does not exist; no pod is created"
+    return replace(world, resolved=tuple(resolved), runtime_class_missing=missing)
+
+
+def apply_episode_plan(
+    ctx: OperatorContext, world: EpisodeWorld, plan: EpisodePlan, *, fresh: bool
+) -> tuple[EpisodeObservation, EpisodeChildren]:
+    """The plan's writes in order: the host made controller, the pod ended; the lease Secret and the
+    NetworkPolicy at once (neither needs the other); then the pod. What was made is remembered
+    (OperatorContext.children) and goes to the stores. Returns the observation with the pod as the writes
+    left it, and the children's lease Secret and token."""
+    kube, owner = ctx.kube, world.owner
+    if plan.adopt is not None:
+        refs = {"metadata": {"ownerReferences": list(plan.adopt)}}
+        ctx.episodes.put(kube.patch(EPISODE, owner.namespace, owner.name, refs))
+    if plan.end_pod:
+        delete_pod(kube, owner, episode_pod_name(owner), seen=ctx.pods)
+    if not plan.children:
+        return plan.observation, EpisodeChildren()
+    made = ctx.children.setdefault(owner.uid, Made())
+    lease = None
+    if plan.lease is not None:
+        claims, issued_at = plan.lease, int(world.now.timestamp())
+        lease = ctx.alongside(
+            lambda: ensure_lease_secret(kube, owner, ctx.signing_key, claims, issued_at, fresh=fresh)
+        )
+    try:
+        if plan.network_policy is not None:
+            ensure_network_policy(kube, owner, plan.network_policy, fresh=fresh)
+            made.policy = template_hash(plan.network_policy)
+    finally:
+        if lease is not None and plan.lease is not None:
+            made.lease = (lease_for(plan.lease), *lease.result())
+    children = EpisodeChildren(*made.lease[1:]) if made.lease is not None else EpisodeChildren()
+    if plan.pod is None:
+        return plan.observation, children
+    pod = apply_pod_write(ctx, owner, plan.pod, world.pod)
+    observation = replace(plan.observation, pod=pod, sandbox_error=sandbox_error(kube, pod, world.now))
+    return observation, children
+
+
+def apply_pod_write(
+    ctx: OperatorContext, owner: Owner, write: Write, live: Manifest | None
+) -> Manifest | None:
+    """The sandbox pod created (a name found taken by the owner's own pod is adopted), labelled, ended or
+    kept (`live`: as the write was planned from); the pod as it is afterwards, which a creation or a label
+    puts in the pods' store."""
+    if write.verb == "create" or live is None:
+        assert write.body is not None
+        pod, _ = create_or_adopt(ctx.kube, write.body, owner.uid, fresh=True)
+    else:
+        pod = apply_write(ctx.kube, POD, owner, live, write)
+        if write.verb != "label":
+            return pod
+    ctx.pods.put(pod)
+    return pod
 
 
 def runtime_class_exists(ctx: OperatorContext, name: str) -> bool:
@@ -188,21 +199,6 @@ def runtime_class_exists(ctx: OperatorContext, name: str) -> bool:
         return False
     ctx.runtime_classes[name] = time.monotonic()
     return True
-
-
-def adopt_by_host(ctx: OperatorContext, episode: Mapping[str, Any], host: Manifest) -> None:
-    """Make the host the episode's controller, so deleting the host removes its episodes. (The broker sets
-    it at creation; an episode applied directly gets it here, in one more write.)"""
-    meta = episode["metadata"]
-    refs = list(meta.get("ownerReferences") or [])
-    if any(r.get("uid") == host["metadata"]["uid"] for r in refs):
-        return
-    refs = [r for r in refs if not r.get("controller")]
-    host_meta = host["metadata"]
-    refs.append(Owner("GymHost", host_meta["name"], host_meta["namespace"], host_meta["uid"]).reference())
-    ctx.episodes.put(
-        ctx.kube.patch(EPISODE, meta["namespace"], meta["name"], {"metadata": {"ownerReferences": refs}})
-    )
 
 
 def egress_targets_of(spec: EpisodeSandboxSpec) -> list[EgressTarget]:

@@ -8,7 +8,6 @@ before any child exists: a restart that loses an unwritten decision loses nothin
 
 from __future__ import annotations
 
-import math
 import time
 from collections import Counter as Tally
 from collections.abc import Mapping
@@ -31,8 +30,9 @@ from gymsandbox.handlers.sandboxes import end_lingering_sandboxes, stop_sandboxe
 from gymsandbox.kube.client import EPISODE, GYMHOST, Kind
 from gymsandbox.kube.store import newer
 from gymsandbox.metrics import METRICS, episode_phase
+from gymsandbox.plan.episodes import Judged, effective_ttl
 from gymsandbox.policy.admission import Refusal
-from gymsandbox.policy.episodes import EpisodeRequest, admit_episode, episode_ttl_seconds
+from gymsandbox.policy.episodes import EpisodeRequest, admit_episode
 from gymsandbox.policy.hosts import HostVerdict, refused_by_host
 from gymsandbox.policy.queue import EpisodeSlot, plan_queue, position_due
 
@@ -48,15 +48,6 @@ STILL_SECONDS = 5.0
 # A host's verdict is judged again at least this often for its episodes: a claim or Secret it names may have
 # changed (its own reconcile judges it as often, on its resync).
 HOST_VERDICT_SECONDS = 10.0
-
-
-@dataclass(frozen=True)
-class Judged:
-    """An episode's spec, its host's spec, and whether policy admits it (before concurrency)."""
-
-    spec: EpisodeSandboxSpec | None
-    host_spec: GymHostSpec | None
-    refusal: Refusal | None
 
 
 def judge(ctx: OperatorContext, episode: Mapping[str, Any], host: Manifest | None) -> Judged:
@@ -105,26 +96,6 @@ def judged_host(ctx: OperatorContext, host: Manifest) -> HostVerdict:
     )
 
 
-def effective_ttl(spec: EpisodeSandboxSpec, host: GymHostSpec, ctx: OperatorContext) -> int:
-    """The TTL enforced: asked (or the host's default), never past the host's or the cluster's cap."""
-    return min(episode_ttl_seconds(spec, host), longest_ttl(host, ctx))
-
-
-def longest_ttl(host: GymHostSpec, ctx: OperatorContext) -> int:
-    """The furthest any renewal can move an episode's expiry, from its admission."""
-    return min(host.episodes.max_ttl_seconds, ctx.policy.caps.max_ttl_seconds)
-
-
-def pod_deadline_seconds(
-    admitted_at: datetime, host: GymHostSpec, ctx: OperatorContext, moment: datetime
-) -> int:
-    """activeDeadlineSeconds for a sandbox pod made at `moment`: it ends by the latest expiry a renewal could
-    give the episode (the kubelet counts from the pod's start and the value can only be lowered later), so
-    no pod outlives its episode's cap even when the operator is gone."""
-    latest = admitted_at + timedelta(seconds=longest_ttl(host, ctx))
-    return max(1, math.ceil((latest - moment).total_seconds()))
-
-
 def belongs_to(episode: Mapping[str, Any], host_uid: str) -> bool:
     """Grouped by hostRef.name; skip leftovers owned by an earlier incarnation of a same-named host."""
     owned = False
@@ -151,7 +122,7 @@ def slot(ctx: OperatorContext, episode: Mapping[str, Any], verdict: Judged) -> E
     spec, host_spec = verdict.spec, verdict.host_spec
     expires_at = None
     if since and spec and host_spec:
-        expires_at = since + timedelta(seconds=effective_ttl(spec, host_spec, ctx))
+        expires_at = since + timedelta(seconds=effective_ttl(spec, host_spec, ctx.policy))
     deadline = None
     if spec and spec.admission_timeout_seconds:
         deadline = created + timedelta(seconds=spec.admission_timeout_seconds)
@@ -257,7 +228,7 @@ def sync_host_episodes(
             # Its clock starts at creation even when this tick comes before its create handler (a backlog).
             METRICS.created(episode["metadata"]["uid"], episode["metadata"]["creationTimestamp"])
             spec = EpisodeSandboxSpec.model_validate(episode["spec"])
-            expires = moment + timedelta(seconds=effective_ttl(spec, host_spec, ctx))
+            expires = moment + timedelta(seconds=effective_ttl(spec, host_spec, ctx.policy))
             ctx.admissions[episode["metadata"]["uid"]] = Admission(moment, expires)
             waited = (episode.get("status") or {}).get("queuePosition") is not None
             METRICS.admitted(episode["metadata"]["uid"], waited=waited)
