@@ -40,6 +40,12 @@ class Paths:
         return self.root / "exec"
 
     @property
+    def audit_log(self) -> Path:
+        """The API server's audit log of exec requests (controlplane.py AUDIT_POLICY), out of logs/: it is
+        read by tests, not shown in failure reports."""
+        return self.root / "audit" / "exec.log"
+
+    @property
     def node(self) -> NodePaths:
         return NodePaths(self.root / "node")
 

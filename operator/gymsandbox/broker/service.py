@@ -25,6 +25,7 @@ from gymsandbox.api.names import API_VERSION
 from gymsandbox.broker.archive import check_archive, sandbox_path, tar_is_complete
 from gymsandbox.broker.auth import Caller, authenticate, authorize_episode, operate_leases, require_host
 from gymsandbox.broker.backend import EXIT_UNREACHABLE, ExecOutcome, KubeBackend
+from gymsandbox.broker.command import delivery
 from gymsandbox.broker.errors import BrokerError, ErrorCode
 from gymsandbox.broker.guards import HostShares, not_its_sandbox
 from gymsandbox.broker.models import (
@@ -134,15 +135,6 @@ def minted_for(episode_id: str, host: str, host_uid: str, key: SigningKey) -> bo
     nonce = episode_id[-8 - _NONCE_CHARS : -8]
     expected = child_name(host, f"ep-{nonce}{key.tag(EPISODE_ID_PURPOSE, f'{host_uid}/{nonce}')}")
     return len(nonce) == _NONCE_CHARS and hmac.compare_digest(expected, episode_id)
-
-
-def command_line(request: ExecRequest) -> list[str]:
-    argv = list(request.argv) if request.argv else ["sh", "-c", str(request.shell)]
-    if request.env:
-        argv = ["env", *(f"{k}={v}" for k, v in request.env.items()), *argv]
-    if request.workdir:
-        argv = ["sh", "-c", 'cd "$0" && exec "$@"', request.workdir, *argv]
-    return argv
 
 
 class BrokerService:
@@ -300,8 +292,14 @@ class BrokerService:
             )
         pod = await self._ready_pod(caller, episode_id, rollout)
         started = time.time()
+        sent = delivery(body)  # argv, env and script on stdin: never in the exec URL (broker/command.py)
         outcome = await self._in_sandbox(
-            caller, pod, command_line(body), timeout=body.timeout_seconds, max_output=body.max_output_bytes
+            caller,
+            pod,
+            sent.argv,
+            timeout=body.timeout_seconds,
+            max_output=body.max_output_bytes,
+            stdin=sent.stdin,
         )
         raise_if_tool_missing(outcome)
         if outcome.exit_code >= KILLED_BY_SIGNAL and await run_in_threadpool(
