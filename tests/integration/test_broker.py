@@ -175,7 +175,7 @@ def test_an_operate_lease_cannot_close_and_needs_its_rollout(
     episode_id = new_episode(http, host_token).json()["id"]
     episodes = Episodes(api_client, namespace)
     episodes.wait_ready(episode_id)
-    owner = read_token(core, namespace, f"{episode_id}-lease")
+    owner = read_token(core, namespace, f"{episode_id}-sandbox-token")
     key = key_from_secret(
         client.ApiClient().sanitize_for_serialization(
             core.read_namespaced_secret(SIGNING_KEY_SECRET, OPERATOR_NAMESPACE)

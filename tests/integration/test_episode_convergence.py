@@ -70,16 +70,16 @@ def test_children_deleted_under_each_host_of_a_namespace_come_back(
         episodes.wait_ready(f"under-{index}")
     core, networking = client.CoreV1Api(api_client), client.NetworkingV1Api(api_client)
     uids = {
-        "secret": core.read_namespaced_secret("under-0-lease", namespace).metadata.uid,
-        "policy": networking.read_namespaced_network_policy("under-1-egress", namespace).metadata.uid,
+        "secret": core.read_namespaced_secret("under-0-sandbox-token", namespace).metadata.uid,
+        "policy": networking.read_namespaced_network_policy("under-1-sandbox-net", namespace).metadata.uid,
     }
-    core.delete_namespaced_secret("under-0-lease", namespace)
-    networking.delete_namespaced_network_policy("under-1-egress", namespace)
+    core.delete_namespaced_secret("under-0-sandbox-token", namespace)
+    networking.delete_namespaced_network_policy("under-1-sandbox-net", namespace)
 
     def made_again() -> bool:
         try:
-            secret = core.read_namespaced_secret("under-0-lease", namespace)
-            policy = networking.read_namespaced_network_policy("under-1-egress", namespace)
+            secret = core.read_namespaced_secret("under-0-sandbox-token", namespace)
+            policy = networking.read_namespaced_network_policy("under-1-sandbox-net", namespace)
         except client.ApiException:
             return False
         return secret.metadata.uid != uids["secret"] and policy.metadata.uid != uids["policy"]
@@ -94,10 +94,10 @@ def test_an_episodes_edited_network_policy_is_restored_by_the_drift_pass(
     networking = client.NetworkingV1Api(api_client)
 
     def rules() -> list[Any]:
-        return networking.read_namespaced_network_policy("opened-egress", namespace).spec.egress or []
+        return networking.read_namespaced_network_policy("opened-sandbox-net", namespace).spec.egress or []
 
     made = rules()
-    networking.patch_namespaced_network_policy("opened-egress", namespace, {"spec": {"egress": [{}]}})
+    networking.patch_namespaced_network_policy("opened-sandbox-net", namespace, {"spec": {"egress": [{}]}})
     assert any(not rule.to for rule in rules())  # one empty rule: every destination
     # The policy's own edit is the only event, and no handler watches it: only the periodic pass sees it.
     eventually(

@@ -53,7 +53,7 @@ def live_episode(
 
 
 def owner_token(core: client.CoreV1Api, namespace: str) -> str:
-    data = core.read_namespaced_secret("leased-lease", namespace).data
+    data = core.read_namespaced_secret("leased-sandbox-token", namespace).data
     return base64.b64decode(data["token"]).decode()
 
 

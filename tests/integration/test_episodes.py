@@ -208,7 +208,9 @@ def test_episode_children_are_restricted_and_owned(
     assert pod.metadata.labels["user.gymsandbox.dev/team"] == "rl"
     assert "team" not in pod.metadata.labels
     assert not any(e.name.startswith("GYMSANDBOX_") for e in container.env or [])
-    policy = client.NetworkingV1Api(core.api_client).read_namespaced_network_policy("tidy-egress", namespace)
+    policy = client.NetworkingV1Api(core.api_client).read_namespaced_network_policy(
+        "tidy-sandbox-net", namespace
+    )
     cidrs = [block.ip_block.cidr for rule in policy.spec.egress for block in rule.to if block.ip_block]
     assert cidrs == ["203.0.113.7/32"]
     assert tidy["metadata"]["ownerReferences"][0]["kind"] == "GymHost"
@@ -247,7 +249,7 @@ def test_every_episodes_secret_and_network_policy_are_created_before_its_pod(
     for name in names:
         status = (episodes.get(name) or {})["status"]
         secret = core.read_namespaced_secret(status["leaseSecretName"], namespace)
-        policy = networking.read_namespaced_network_policy(f"{name}-egress", namespace)
+        policy = networking.read_namespaced_network_policy(f"{name}-sandbox-net", namespace)
         pod_created = pods_added[status["podName"]]
         assert int(secret.metadata.resource_version) < pod_created, name
         assert int(policy.metadata.resource_version) < pod_created, name
@@ -265,7 +267,7 @@ def test_episode_without_egress_gets_no_egress_at_all(
     episodes.create(episode("sealed"))
     episodes.wait_ready("sealed")
     policy = client.NetworkingV1Api(core.api_client).read_namespaced_network_policy(
-        "sealed-egress", namespace
+        "sealed-sandbox-net", namespace
     )
     assert policy.spec.policy_types == ["Egress"]
     assert not policy.spec.egress

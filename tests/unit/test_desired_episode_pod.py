@@ -381,4 +381,4 @@ def test_egress_policy_selects_the_sandbox_pod(kata: RuntimeProfile) -> None:
 
 def test_egress_policy_is_named_after_the_episode() -> None:
     manifest = egress_policy(OWNER, [])
-    assert manifest["metadata"]["name"] == egress_policy_name(OWNER) == "ep-0001-egress"
+    assert manifest["metadata"]["name"] == egress_policy_name(OWNER) == "ep-0001-sandbox-net"

@@ -6,7 +6,14 @@ import re
 
 import pytest
 
-from gymsandbox.desired.names import DNS_LABEL_MAX, child_name, fit, label_value
+from gymsandbox.desired.names import (
+    CHILD_SUFFIXES,
+    DNS_LABEL_MAX,
+    child_name,
+    fit,
+    label_value,
+    owned_child_name,
+)
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 # A label value: empty, or 63 characters at most that start and end with an alphanumeric.
@@ -149,3 +156,27 @@ def test_label_value_gives_distinct_long_values_distinct_results() -> None:
 
 def test_label_value_is_deterministic() -> None:
     assert label_value("h" * 80) == label_value("h" * 80)
+
+
+def test_no_two_owner_kinds_can_claim_one_child_name() -> None:
+    """Of two owner kinds, no suffix for a child kind equals the other's or ends with "-" and it: a GymHost
+    and an EpisodeSandbox named alike (or `a` and `a-<x>`) in one namespace then never need one name."""
+    kinds = list(CHILD_SUFFIXES)
+    for one, other in ((a, b) for a in kinds for b in kinds if a != b):
+        for child_kind, suffix in CHILD_SUFFIXES[one].items():
+            theirs = CHILD_SUFFIXES[other].get(child_kind)
+            if theirs is None:
+                continue
+            assert suffix != theirs, (one, other, child_kind)
+            assert not suffix.endswith(f"-{theirs}"), (one, other, child_kind)
+
+
+@pytest.mark.parametrize("name", ["a", "a-sandbox", "swe-gym-run-1", "x" * 70, "1abc", "a.b"])
+def test_a_host_and_an_episode_of_related_names_share_no_child(name: str) -> None:
+    """Exhaustively for a few names: every child of a host named `name` or `name-<suffix>` against every
+    child of an episode named `name` or `name-<suffix>`, kind by kind."""
+    names = [name, *(f"{name}-{s}" for suffixes in CHILD_SUFFIXES.values() for s in suffixes.values())]
+    for child_kind in ("Secret", "NetworkPolicy", "Pod"):
+        hosts = {owned_child_name("GymHost", n, child_kind) for n in names}
+        episodes = {owned_child_name("EpisodeSandbox", n, child_kind) for n in names}
+        assert not hosts & episodes, child_kind

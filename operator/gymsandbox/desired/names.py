@@ -7,6 +7,15 @@ import hashlib
 DNS_LABEL_MAX = 63
 _HASH_LEN = 8
 
+# The suffix of each child's name, by owner kind and child kind. A GymHost and an EpisodeSandbox of one name
+# (or of names such as `a` and `a-sandbox`) in one namespace never claim the same child name: of two owner
+# kinds, no suffix for one child kind is the other's, or ends with "-" and the other's (an owner named `a-x`
+# and one named `a` would meet at `a-x-<suffix>`). tests/unit/test_desired_names.py checks the table.
+CHILD_SUFFIXES: dict[str, dict[str, str]] = {
+    "GymHost": {"Secret": "lease", "NetworkPolicy": "egress", "Pod": "host", "Service": "host"},
+    "EpisodeSandbox": {"Secret": "sandbox-token", "NetworkPolicy": "sandbox-net", "Pod": "sandbox"},
+}
+
 
 def _short_hash(value: str) -> str:
     return hashlib.sha256(value.encode()).hexdigest()[:_HASH_LEN]
@@ -39,3 +48,8 @@ def child_name(owner: str, suffix: str) -> str:
 def label_value(value: str) -> str:
     """A label value (63 characters at most) naming `value`; long names are hashed, never cut ambiguously."""
     return fit(value)
+
+
+def owned_child_name(owner_kind: str, owner_name: str, child_kind: str) -> str:
+    """The name of an owner's child of `child_kind` (CHILD_SUFFIXES)."""
+    return child_name(owner_name, CHILD_SUFFIXES[owner_kind][child_kind])

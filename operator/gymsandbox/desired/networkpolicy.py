@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from gymsandbox.desired.labels import child_labels, selector
-from gymsandbox.desired.names import child_name
+from gymsandbox.desired.names import owned_child_name
 from gymsandbox.desired.owner import TEMPLATE_HASH_ANNOTATION, Manifest, Owner, template_hash
 from gymsandbox.policy.cluster import ClusterPolicy
 from gymsandbox.policy.egress import ResolvedTarget
@@ -15,7 +15,7 @@ DNS_PORT = 53
 
 
 def egress_policy_name(owner: Owner) -> str:
-    return child_name(owner.name, "egress")
+    return owned_child_name(owner.kind, owner.name, "NetworkPolicy")
 
 
 def _peer(namespace: str, pod_selector: Mapping[str, str]) -> dict[str, object]:

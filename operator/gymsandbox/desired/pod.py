@@ -18,7 +18,7 @@ from gymsandbox.api.names import (
     USER_LABEL_PREFIX,
 )
 from gymsandbox.desired.labels import child_labels, sandbox_pod_labels
-from gymsandbox.desired.names import child_name
+from gymsandbox.desired.names import CHILD_SUFFIXES, owned_child_name
 from gymsandbox.desired.owner import TEMPLATE_HASH_ANNOTATION, Manifest, Owner, template_hash
 from gymsandbox.desired.workspace import (
     episode_workspace_sub_path,
@@ -49,7 +49,7 @@ def with_home(env: list[dict[str, object]]) -> list[dict[str, object]]:
 
 
 def host_pod_name(owner: Owner) -> str:
-    return child_name(owner.name, "host")
+    return owned_child_name(owner.kind, owner.name, "Pod")
 
 
 def restricted_container_security(
@@ -250,12 +250,12 @@ class EpisodeHost:
 
 
 def episode_pod_name(owner: Owner) -> str:
-    return child_name(owner.name, EPISODE_POD_SUFFIX)
+    return owned_child_name(owner.kind, owner.name, "Pod")
 
 
 # The chart's broker exec policy (templates/broker-exec-policy.yaml) names both; tests/unit/test_chart.py
 # fails if they drift apart.
-EPISODE_POD_SUFFIX = "sandbox"
+EPISODE_POD_SUFFIX = CHILD_SUFFIXES["EpisodeSandbox"]["Pod"]
 EPISODE_CONTAINER_NAME = "sandbox"
 WORKSPACE_VOLUME = "workspace"
 

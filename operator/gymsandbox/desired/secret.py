@@ -6,12 +6,12 @@ import base64
 
 from gymsandbox.api.names import LEASE_TOKEN_KEY
 from gymsandbox.desired.labels import child_labels
-from gymsandbox.desired.names import child_name
+from gymsandbox.desired.names import owned_child_name
 from gymsandbox.desired.owner import Manifest, Owner
 
 
 def lease_secret_name(owner: Owner) -> str:
-    return child_name(owner.name, "lease")
+    return owned_child_name(owner.kind, owner.name, "Secret")
 
 
 def lease_secret(owner: Owner, token: str) -> Manifest:

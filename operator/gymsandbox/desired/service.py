@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from gymsandbox.api.gymhost import GymHostSpec
 from gymsandbox.desired.labels import child_labels, selector
-from gymsandbox.desired.names import child_name
+from gymsandbox.desired.names import owned_child_name
 from gymsandbox.desired.owner import Manifest, Owner
 
 
 def host_service_name(owner: Owner) -> str:
-    return child_name(owner.name, "host")
+    return owned_child_name(owner.kind, owner.name, "Service")
 
 
 def host_endpoint(owner: Owner, spec: GymHostSpec) -> str:

@@ -9,7 +9,7 @@ an episode whose child is missing, edited or stale.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -17,6 +17,7 @@ from typing import Any
 from gymsandbox.api.conditions import Reason
 from gymsandbox.api.episode import EpisodeSandboxSpec
 from gymsandbox.api.gymhost import Egress
+from gymsandbox.desired.names import owned_child_name
 from gymsandbox.desired.owner import TEMPLATE_HASH_ANNOTATION, Manifest, Owner
 from gymsandbox.desired.pod import episode_pod_name
 from gymsandbox.handlers.children import apply_write, delete_pod, ensure_network_policy
@@ -35,6 +36,9 @@ from gymsandbox.kube.client import (
     Kube,
     controller_uid,
     create_or_adopt,
+)
+from gymsandbox.kube.client import (
+    Kind as ApiKind,
 )
 from gymsandbox.leases import Kind
 from gymsandbox.plan.children import Write
@@ -267,14 +271,20 @@ def children_seen(
     ctx: OperatorContext, namespace: str, moment: datetime
 ) -> tuple[list[set[str]], dict[str, Manifest], dict[str, str | None]]:
     """The namespace's episode Secrets, NetworkPolicies and sandbox pods as their watches keep them (a gap a
-    watch cannot resume is listed again: kube/informer.py), orphans among them ended: for each kind, the
+    watch cannot resume is listed again: kube/informer.py), strays among them ended: for each kind, the
     uids of the episodes whose child is there and sound; the pods by episode uid; the lease tokens by episode
     uid. A child belongs to the episode its controller reference names, whatever its labels say."""
     secrets, policies, stored_pods = (
         store.in_namespace(namespace) for store in (ctx.secrets, ctx.policies, ctx.pods)
     )
-    for kind, children in ((SECRET, secrets), (NETWORK_POLICY, policies), (POD, stored_pods)):
-        end_orphans(ctx.kube, kind, namespace, children)
+    secrets, policies, stored_pods = (
+        end_strays(ctx.kube, kind, namespace, children)
+        for kind, children in (
+            (("Secret", SECRET), secrets),
+            (("NetworkPolicy", NETWORK_POLICY), policies),
+            (("Pod", POD), stored_pods),
+        )
+    )
     tokens = {episode_uid(secret): secret_token(secret) for secret in secrets}
     pods = {episode_uid(pod): pod for pod in stored_pods}
     present = [
@@ -295,13 +305,30 @@ def owner_of(episode: Mapping[str, Any]) -> Owner:
     return Owner(KIND, meta["name"], meta["namespace"], meta["uid"])
 
 
-def end_orphans(kube: Kube, kind: Any, namespace: str, children: Iterable[Manifest]) -> None:
-    """Delete episode children that no episode owns: the garbage collector strips the owner reference when an
-    episode is deleted with `--cascade=orphan`, and would never remove them after that."""
+def stray(child: Manifest, kind: str) -> bool:
+    """An episode child that no episode owns (the garbage collector strips the owner reference when an
+    episode is deleted with `--cascade=orphan`, and would never remove it after that), or one under a name
+    its episode does not want (made by an earlier version of the operator, before CHILD_SUFFIXES)."""
+    refs = child["metadata"].get("ownerReferences") or []
+    owners = [r for r in refs if r.get("kind") == KIND]
+    owner = next((r for r in owners if r.get("controller")), owners[0] if owners else None)
+    if owner is None:
+        return True
+    return bool(child["metadata"]["name"] != owned_child_name(KIND, str(owner.get("name")), kind))
+
+
+def end_strays(
+    kube: Kube, kind: tuple[str, ApiKind], namespace: str, children: list[Manifest]
+) -> list[Manifest]:
+    """Delete the strays among `children`, of `kind` (its name and where it lives), by uid: only that
+    incarnation. Returns the rest."""
+    kept = []
     for child in children:
-        refs = child["metadata"].get("ownerReferences") or []
-        if not any(r.get("kind") == KIND for r in refs) and not child["metadata"].get("deletionTimestamp"):
-            kube.delete(kind, namespace, child["metadata"]["name"], uid=child["metadata"]["uid"])
+        if not stray(child, kind[0]):
+            kept.append(child)
+        elif not child["metadata"].get("deletionTimestamp"):
+            kube.delete(kind[1], namespace, child["metadata"]["name"], uid=child["metadata"]["uid"])
+    return kept
 
 
 def edited(network_policy: Mapping[str, Any]) -> bool:
