@@ -1,5 +1,5 @@
-"""The `gymsandbox` command: `operator`, `broker`, and the generators (`crds`, `chart-schema`, `dashboard`,
-`docs`)."""
+"""The `gymsandbox` command: `operator`, `broker`, `policy check`, and the generators (`crds`, `chart-schema`,
+`dashboard`, `docs`)."""
 
 from __future__ import annotations
 
@@ -84,6 +84,14 @@ def _parser() -> argparse.ArgumentParser:
     docs.add_argument(
         "--check", action="store_true", help="write nothing; exit 1 if the pages differ from the code"
     )
+    policy = commands.add_parser("policy", help="check a cluster policy offline")
+    policy_commands = policy.add_subparsers(dest="policy_command", required=True)
+    check = policy_commands.add_parser(
+        "check",
+        help="validate cluster policies as the operator does at start: policy files, or the manifests"
+        " `helm template` prints (each ConfigMap with a policy.yaml); exit 1 if any is invalid",
+    )
+    check.add_argument("files", nargs="+", help="files to check; - reads standard input")
     operator = commands.add_parser("operator", help="run the operator (reconciles GymHost objects)")
     operator.add_argument("--policy", help="cluster policy YAML (default: $GYMSANDBOX_POLICY)")
     operator.add_argument(
@@ -147,6 +155,26 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _check_policies(files: Sequence[str]) -> int:
+    """`gymsandbox policy check`: a line per policy found, the problems under it; exit 1 if any has one, 2 if
+    a file cannot be read."""
+    from gymsandbox.policy.check import check_policies  # noqa: PLC0415 - the operator extra (PyYAML)
+
+    failed = False
+    for name in files:
+        try:
+            text = sys.stdin.read() if name == "-" else Path(name).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            print(f"{name}: cannot read it ({getattr(e, 'strerror', None) or e})", file=sys.stderr)
+            return 2
+        for checked in check_policies(text, "standard input" if name == "-" else name):
+            failed = failed or bool(checked.problems)
+            print(f"{checked.source}: {'invalid' if checked.problems else 'ok'}")
+            for problem in checked.problems:
+                print(f"  {problem}")
+    return 1 if failed else 0
+
+
 def default_calls_per_host() -> str:
     try:
         from gymsandbox.broker.service import BrokerSettings  # noqa: PLC0415 - the operator extra
@@ -174,17 +202,10 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "version":
         print(__version__)
         return 0
-    if args.command in GENERATED_DIRECTORIES:
-        render, read = generated_directory(args.command)
-        return _generated_files(args.output_dir, render(), read, args.command, check=args.check)
-    if args.command == "chart-schema":
-        from gymsandbox import chartschema  # noqa: PLC0415 - the operator extra, loaded by its command
-
-        return _generated(args.output, chartschema.render_values_schema(), "chart-schema", check=args.check)
-    if args.command == "dashboard":
-        from gymsandbox import dashboard  # noqa: PLC0415 - the operator extra, loaded by its command
-
-        return _generated(args.output, dashboard.render_dashboard(), "dashboard", check=args.check)
+    if args.command == "policy":
+        return _check_policies(args.files)
+    if args.command in (*GENERATED_DIRECTORIES, "chart-schema", "dashboard"):
+        return _generate(args)
     if args.command == "broker":
         return _broker(
             args.policy,
@@ -203,6 +224,20 @@ def _run(args: argparse.Namespace) -> int:
         log_format=args.log_format,
         metrics_listen=args.metrics_listen,
     )
+
+
+def _generate(args: argparse.Namespace) -> int:
+    """The generators: a directory of files (`crds`, `docs`) or one file (`chart-schema`, `dashboard`)."""
+    if args.command in GENERATED_DIRECTORIES:
+        render, read = generated_directory(args.command)
+        return _generated_files(args.output_dir, render(), read, args.command, check=args.check)
+    if args.command == "chart-schema":
+        from gymsandbox import chartschema  # noqa: PLC0415 - the operator extra, loaded by its command
+
+        return _generated(args.output, chartschema.render_values_schema(), "chart-schema", check=args.check)
+    from gymsandbox import dashboard  # noqa: PLC0415 - the operator extra, loaded by its command
+
+    return _generated(args.output, dashboard.render_dashboard(), "dashboard", check=args.check)
 
 
 def _generated_files(

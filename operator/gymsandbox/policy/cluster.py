@@ -323,6 +323,11 @@ def load_policy(path: str | os.PathLike[str]) -> ClusterPolicy:
         raise PolicyError(name, [f"cannot read the file: {exc.strerror or exc}"]) from None
     except UnicodeDecodeError:
         raise PolicyError(name, ["not UTF-8 text"]) from None
+    return parse_policy(text, name)
+
+
+def parse_policy(text: str, name: str) -> ClusterPolicy:
+    """Validate the cluster policy in `text` (from `name`, which errors name). Empty: the default policy."""
     try:
         data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
