@@ -97,6 +97,7 @@ def values_schema() -> Schema:
                         "verbose": {"type": "boolean"},
                         "logFormat": {"enum": ["full", "plain", "json"]},
                         "healthPort": _PORT,
+                        "unwatchedNamespacePolicy": _closed({"enabled": {"type": "boolean"}}),
                         **_pod_placement(),
                     }
                 ),

@@ -278,6 +278,44 @@ def test_the_broker_exec_policy_can_be_turned_off(tmp_path: Path) -> None:
     assert not [key for key in rendered if key[0].startswith("ValidatingAdmissionPolicy")]
 
 
+@pytest.mark.parametrize(
+    ("values", "refuses"),
+    [
+        ({}, None),
+        ({"policy": {"watchNamespaces": ["evals", "team-b"]}}, '["evals","team-b"]'),
+        (
+            {
+                "policy": {"watchNamespaces": ["evals"]},
+                "operator": {"unwatchedNamespacePolicy": {"enabled": False}},
+            },
+            None,
+        ),
+    ],
+    ids=["every-namespace-served", "watched-namespaces", "turned-off"],
+)
+def test_creates_in_unwatched_namespaces_are_refused_only_when_some_are_unwatched(
+    tmp_path: Path, values: dict[str, Any], refuses: str | None
+) -> None:
+    rendered = objects(template(values, tmp_path))
+    name = f"{RELEASE}-operator-watched-namespaces"
+    if refuses is None:
+        assert ("ValidatingAdmissionPolicy", name) not in rendered
+        return
+    policy = rendered["ValidatingAdmissionPolicy", name]
+    assert policy["spec"]["matchConstraints"]["resourceRules"] == [
+        {
+            "apiGroups": ["gymsandbox.dev"],
+            "apiVersions": ["*"],
+            "operations": ["CREATE"],
+            "resources": ["gymhosts", "episodesandboxes"],
+        }
+    ]
+    (validation,) = policy["spec"]["validations"]
+    assert validation["expression"] == f"request.namespace in {refuses}"
+    binding = rendered["ValidatingAdmissionPolicyBinding", name]
+    assert binding["spec"] == {"policyName": name, "validationActions": ["Deny"]}
+
+
 def broker_args_and_volumes(rendered: dict[tuple[str, str], dict[str, Any]]) -> tuple[list[str], list[Any]]:
     pod = rendered["Deployment", f"{RELEASE}-broker"]["spec"]["template"]["spec"]
     return pod["containers"][0]["args"], pod["volumes"]
