@@ -21,13 +21,15 @@ from hack.localcluster.console import logger
 from hack.localcluster.kubeconfig import admin_token, write_token_kubeconfig
 from hack.localcluster.paths import Paths
 from hack.localcluster.pki import make_pki
-from hack.localcluster.processes import Processes, alive, free_port, stop_pid
+from hack.localcluster.processes import Processes, alive, free_port, stop_pid, wait_until
 from hack.localcluster.tools import binaries, kubectl
 
 log = logger("cluster")
 
 # Each process's loopback port, chosen free at `up` and recorded in the state file.
 PORTS = ("etcd", "etcd-peer", "apiserver", "kcm", "scheduler", "kwok")
+# How long a repaired cluster (its dead components started again) may take to answer before it is replaced.
+REPAIR_SECONDS = 90.0
 # The control-plane components that reach the API server with a kubeconfig (and a token) of their own.
 COMPONENTS = ("kube-controller-manager", "kube-scheduler", "kwok")
 
@@ -60,10 +62,19 @@ class Launch:
 
 
 def up(paths: Paths) -> None:
-    """Start the cluster, or reuse the one running from this state directory."""
+    """Start the cluster, or reuse the one running from this state directory, or repair it (a component that
+    died is started again as it was: its objects are kept). Only a cluster that cannot be repaired is
+    replaced, and `up` says so first."""
     if status(paths):
         log(f"reusing the running cluster; KUBECONFIG={paths.kubeconfig}")
         return
+    if repair(paths):
+        return
+    if paths.state.exists():
+        log(
+            f"replacing the cluster of {paths.root}: it cannot be repaired, so every object in it (GymHosts,"
+            " episodes, the chart release) is lost"
+        )
     down(paths, quiet=True)
     launch = prepare(paths, real_node_wanted(), binaries())
     try:
@@ -316,6 +327,33 @@ def _default_sa_exists(bins: dict[str, Path], paths: Paths) -> bool:
         kubectl(bins, paths.kubeconfig, "get", "serviceaccount", "default", "-n", "default")
     except RuntimeError:
         return False
+    return True
+
+
+def repair(paths: Paths, timeout: float = REPAIR_SECONDS) -> bool:
+    """Start again, as they were started (same flags, ports and data), the recorded processes that are not
+    running, in their start order, and bring the real node back if it is down; True once the cluster answers
+    within `timeout`. False when there is nothing to repair from (no state, or etcd's data gone)."""
+    if not paths.state.exists() or not (paths.root / "etcd").is_dir():
+        return False
+    procs = Processes(paths.state, paths.logs)
+    dead = [name for name, pid in procs.pids.items() if not alive(pid)]
+    for name in dead:
+        log(f"{name} (pid {procs.pids[name]}) is not running: starting it again as it was")
+        procs.restart(name)
+    node_down = bool(procs.state.get("real_node")) and not node.running(paths)
+    if node_down:
+        log("the real node is not running: bringing it up again (its pods are made anew)")
+        node.down(paths)
+        if not node.up(paths):
+            return False
+    try:
+        wait_until("the repaired cluster to answer", lambda: status(paths), timeout, {})
+    except TimeoutError:
+        log(f"the cluster did not answer within {timeout:.0f} s of its repair")
+        return False
+    repaired = [*dead, *(["the real node"] if node_down else [])]
+    log(f"repaired the cluster ({', '.join(repaired) or 'nothing was down'}); every object in it is kept")
     return True
 
 
