@@ -7,6 +7,7 @@ namespaces (by a label), so that it refuses nothing of the tests running beside 
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
@@ -31,7 +32,7 @@ def rendered_policy(cluster: Cluster, watched: list[str]) -> list[dict[str, Any]
     result = cluster.helm(
         "template", RELEASE, str(CHART), "--kube-version", "1.36.0",
         "--show-only", "templates/unwatched-namespaces-policy.yaml",
-        "--set-json", f"policy.watchNamespaces={yaml.safe_dump(watched, default_flow_style=True).strip()}",
+        "--set-json", f"policy.watchNamespaces={json.dumps(watched)}",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     return [o for o in yaml.safe_load_all(result.stdout) if o]
