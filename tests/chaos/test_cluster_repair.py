@@ -49,7 +49,17 @@ def test_cluster_up_starts_a_dead_scheduler_again_and_keeps_every_object(
         "metadata": {"name": "scheduled-after-repair"},
         "spec": {
             "nodeSelector": {"kubernetes.io/hostname": FAKE_NODE},
-            "containers": [{"name": "c", "image": "registry.example.com/none:1"}],
+            "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "registry.example.com/none:1",
+                    "securityContext": {
+                        "allowPrivilegeEscalation": False,
+                        "capabilities": {"drop": ["ALL"]},
+                    },
+                }
+            ],
         },
     }
     core.create_namespaced_pod(namespace, pod)
