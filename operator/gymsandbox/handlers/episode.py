@@ -278,8 +278,13 @@ def episode_pod_changed(ctx: OperatorContext, type: str | None, body: Manifest) 
     meta = body["metadata"]
     refs = meta.get("ownerReferences") or []
     owner_ref = next((r for r in refs if r.get("kind") == "EpisodeSandbox"), None)
+    # Only an episode the store holds, of that uid: the pods of a reaped or deleted episode go on sending
+    # events (terminating, then gone), and the store, listed before any event is handled and fed by every
+    # watch event and by this process's own writes, already knows their episode is gone: no GET for each.
     if owner_ref is not None and type is not None:
-        refresh_episode(ctx, str(meta["namespace"]), owner_ref["name"])
+        episode = ctx.episodes.get(str(meta["namespace"]), str(owner_ref["name"]))
+        if episode is not None and episode["metadata"].get("uid") == owner_ref.get("uid"):
+            refresh_episode(ctx, str(meta["namespace"]), str(owner_ref["name"]))
     host_label = (meta.get("labels") or {}).get(LABEL_HOST)
     if type == "DELETED" and isinstance(host_label, str) and any(ctx.lingering.values()):
         # A pod that held a slot without an open episode is gone: the next episode may take the slot now.

@@ -133,9 +133,11 @@ class WorkQueue:
                     self._failures[key] = failures = self._failures.get(key, 0) + 1
                     if key not in self._pending:  # else a newer event came meanwhile: it is handled next
                         self._retries[key] = ticket = next(self._tickets)
-                if key in self._pending:
+                if key in self._pending:  # an event came while it ran: one idle worker takes it
                     self._ready.append(key)
-                self._cond.notify_all()
+                    self._cond.notify()
+                if self._stopped:  # stop() waits for the keys being handled; else no one waits for this
+                    self._cond.notify_all()
             if failed is not None:
                 delay = retry_delay(failures)
                 log_failure(handle, body, failed, delay)
