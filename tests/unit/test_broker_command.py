@@ -1,7 +1,9 @@
-"""A command reaches the sandbox through stdin, never the exec URL (broker/command.py). Run here by real
+"""An exec's environment and script reach the sandbox through stdin, never the exec URL (broker/command.py).
+Run here by real
 shells (dash, bash and busybox sh, as sandbox images have them) behind the broker's own deadline wrapper,
 exactly as the exec stream starts them: whatever the argv, env and script hold arrives unchanged, and
-nothing of them is in the argv that the API server's URL (and audit log) would carry."""
+with an environment or a script nothing of them is in the argv that the API server's URL (and audit
+log) carries."""
 
 from __future__ import annotations
 
@@ -93,15 +95,27 @@ def test_failures_keep_their_exit_codes(
     assert stderr in done.stderr.decode()
 
 
-def test_nothing_of_the_command_is_in_the_exec_argv() -> None:
-    secret = "tok-9f8e7d6c5b4a"
-    sent = delivery(ExecRequest(argv=["curl", "-H", f"Authorization: {secret}"], env={"KEY": secret}))
-    assert not any(secret in arg for arg in sent.argv)
-    assert secret.encode() in sent.stdin
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"argv": ["curl", "-H", "Authorization: tok-9f8e7d6c5b4a"], "env": {"KEY": "tok-9f8e7d6c5b4a"}},
+        {"shell": "curl -H 'Authorization: tok-9f8e7d6c5b4a'"},
+        {"shell": "echo", "env": {"KEY": "tok-9f8e7d6c5b4a"}, "workdir": "/tmp/tok-9f8e7d6c5b4a"},
+    ],
+    ids=["argv-with-env", "script", "env-and-workdir"],
+)
+def test_with_an_environment_or_a_script_nothing_of_the_command_is_in_the_exec_argv(
+    fields: dict[str, Any],
+) -> None:
+    sent = delivery(ExecRequest(**fields))
+    assert not any("tok-9f8e7d6c5b4a" in arg for arg in sent.argv)
+    assert sent.stdin is not None
+    assert b"tok-9f8e7d6c5b4a" in sent.stdin
 
 
 def test_a_stream_cut_before_its_end_marker_runs_nothing(tmp_path: Path) -> None:
-    sent = delivery(ExecRequest(argv=["touch", str(tmp_path / "ran")]))
+    sent = delivery(ExecRequest(shell=f"touch {tmp_path / 'ran'}"))
+    assert sent.stdin is not None
     cut = sent.stdin[: sent.stdin.rindex(b"gymsandbox-end-")]
     done = subprocess.run(
         ["dash", "-c", DEADLINE_WRAPPER, "sh", "10", *sent.argv], input=cut, capture_output=True, check=False
@@ -112,5 +126,17 @@ def test_a_stream_cut_before_its_end_marker_runs_nothing(tmp_path: Path) -> None
 
 
 def test_each_delivery_has_its_own_end_marker() -> None:
-    request = ExecRequest(argv=["true"])
+    request = ExecRequest(argv=["true"], env={"A": "b"})
     assert delivery(request).argv[-1] != delivery(request).argv[-1]
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_argv_alone_is_the_execs_own_argv_with_no_stdin(shell: str, tmp_path: Path) -> None:
+    """No environment and no script: nothing to keep out of the URL, and an exec without stdin costs the API
+    server less. The working directory still applies."""
+    request = ExecRequest(argv=[sys.executable, "-c", SHOW, "shown"], workdir=str(tmp_path))
+    sent = delivery(request)
+    assert sent.stdin is None
+    assert "shown" in sent.argv
+    done = run(shell, request, tmp_path)
+    assert json.loads(done.stdout) == [["shown"], None, str(tmp_path)]
