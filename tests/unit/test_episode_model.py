@@ -65,6 +65,10 @@ BAD_INPUTS = [
     ("env", [{"name": "AWS_SECRET_ACCESS_KEY", "value": "x"}], ("env", 0), CREDENTIAL),
     ("env", [{"name": "ssh_private_key", "value": "x"}], ("env", 0), CREDENTIAL),
     ("env", [{"name": "GIT_AUTH", "value": "x"}], ("env", 0), CREDENTIAL),
+    ("env", [{"name": "API-KEY", "value": "x"}], ("env", 0), CREDENTIAL),
+    ("env", [{"name": "openai.api.key", "value": "x"}], ("env", 0), CREDENTIAL),
+    ("env", [{"name": "ACCESS-KEY", "value": "x"}], ("env", 0), CREDENTIAL),
+    ("env", [{"name": "private.key", "value": "x"}], ("env", 0), CREDENTIAL),
     (
         "env",
         [{"name": "TASK", "value": "t"}, {"name": "Credentials.json", "value": "x"}],

@@ -46,7 +46,11 @@ EGRESS_ENTRY_PATTERN = rf"^({_DNS_NAME}|{_IPV4}|{_IPV6}):{_PORT}$"
 MODEL_ENDPOINT_PATTERN = rf"^https?://({_DNS_NAME}|{_IPV4}|\[[0-9a-fA-F:.]+\])(:{_PORT})?(/[^\s?#]*)?$"
 # Variable names that look like they carry a credential belong in envFrom secret references: a plain value
 # sits in spec for anyone who can read the object. GymHost and EpisodeSandbox env refuse them alike.
-CREDENTIAL_NAME_PATTERN = r"(?i)(TOKEN|SECRET|PASSW(OR)?D|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIAL|AUTH)"
+# Names that look like credentials, whatever joins their words ("API_KEY", "api-key", "api.key", "APIKEY":
+# Kubernetes env names may hold - and . as well as _).
+CREDENTIAL_NAME_PATTERN = (
+    r"(?i)(TOKEN|SECRET|PASSW(OR)?D|API[-_.]?KEY|ACCESS[-_.]?KEY|PRIVATE[-_.]?KEY|CREDENTIAL|AUTH)"
+)
 
 EgressEntry = Annotated[str, Field(pattern=EGRESS_ENTRY_PATTERN, max_length=128)]
 ModelEndpoint = Annotated[str, Field(pattern=MODEL_ENDPOINT_PATTERN, max_length=256)]
