@@ -22,6 +22,10 @@ REFUSED_BY_API_SERVER: dict[str, tuple[dict[str, Any], str]] = {
     "root-user": ({"user": 0}, "spec.user"),
     "env-name-with-equals": ({"env": [{"name": "A=B", "value": "x"}]}, "spec.env[0].name"),
     "credential-env-name": ({"env": [{"name": "HF_TOKEN", "value": "x"}]}, "looks like a credential"),
+    "credential-env-name-with-dashes": (
+        {"env": [{"name": "API-KEY", "value": "x"}]},
+        "looks like a credential",
+    ),
     "invalid-label-value": ({"labels": {"team": "not a label value!"}}, "spec.labels.team"),
     "invalid-label-key": ({"labels": {"-bad": "x"}}, "label keys must be plain names"),
     "prefixed-label-key": ({"labels": {"gymsandbox.dev/episode": "x"}}, "label keys must be plain names"),
