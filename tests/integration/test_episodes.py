@@ -292,3 +292,17 @@ def test_deleting_an_episode_twice_and_a_host_with_many_leaves_nothing(
     cluster.kubectl_run("delete", "gymhost", HOST, "-n", namespace, "--timeout=60s")
     eventually(lambda: not episodes.all(), timeout=120, what=f"all {MANY} episodes to be deleted")
     eventually(lambda: not any(hosts.children().values()), timeout=60, what="every child to be deleted")
+
+
+def test_the_runtime_column_shows_the_runtime_an_episode_inherits_from_its_host(
+    cluster: Cluster, operator: OperatorProcess, namespace: str, hosts: Hosts, episodes: Episodes
+) -> None:
+    """No spec.runtime: the episode runs under its host's runtime (the sample's kata), and `kubectl get esb`
+    says so instead of leaving the column blank."""
+    ready_host(cluster, namespace, hosts)
+    episodes.create(episode("inherits"))
+    episodes.wait_ready("inherits")
+    assert (episodes.get("inherits") or {})["status"]["runtime"] == "kata"
+    table = cluster.kubectl_run("get", "esb", "inherits", "-n", namespace).stdout.splitlines()
+    header, row = table[0].split(), table[1].split()
+    assert row[header.index("RUNTIME")] == "kata", table

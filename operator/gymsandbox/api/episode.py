@@ -230,6 +230,11 @@ class EpisodeSandboxStatus(Model):
     expires_at: datetime | None = Field(
         None, description="admittedAt + ttlSeconds; the reaper deletes it then."
     )
+    runtime: str | None = Field(
+        None,
+        description="The runtime profile the sandbox runs under, written at admission: spec.runtime, else"
+        " its host's episodes.runtime, else the host's own runtime.",
+    )
     pod_name: str | None = Field(None, description="The sandbox pod.")
     pod_ip: str | None = Field(None, alias="podIP", description="The sandbox pod's IP.")
     lease_secret_name: str | None = Field(None, description="Secret holding the owner lease token.")

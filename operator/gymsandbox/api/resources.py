@@ -51,6 +51,8 @@ _READY = f'.status.conditions[?(@.type=="{ConditionType.READY}")]'
 READY_COLUMN = PrinterColumn("Ready", f"{_READY}.status")
 REASON_COLUMN = PrinterColumn("Reason", f"{_READY}.reason")
 RUNTIME_COLUMN = PrinterColumn("Runtime", ".spec.runtime")
+# An episode's runtime is often its host's (spec.runtime unset): the column shows the one it runs under.
+EFFECTIVE_RUNTIME_COLUMN = PrinterColumn("Runtime", ".status.runtime")
 AGE_COLUMN = PrinterColumn("Age", ".metadata.creationTimestamp", "date")
 
 GYMHOST = CustomResource(
@@ -80,7 +82,7 @@ EPISODE_SANDBOX = CustomResource(
         READY_COLUMN,
         REASON_COLUMN,
         PrinterColumn("Host", ".spec.hostRef.name"),
-        RUNTIME_COLUMN,
+        EFFECTIVE_RUNTIME_COLUMN,
         AGE_COLUMN,
     ),
     selectable_fields=(".spec.hostRef.name",),

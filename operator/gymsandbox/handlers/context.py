@@ -127,6 +127,7 @@ class Admission:
 
     admitted_at: datetime
     expires_at: datetime
+    runtime: str | None = None  # the runtime profile it runs under (status.runtime)
 
 
 @dataclass

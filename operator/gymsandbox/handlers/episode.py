@@ -108,6 +108,7 @@ def write_admission(
         "conditions": merge_conditions(
             previous.get("conditions") or [], verdict.conditions, generation, moment
         ),
+        "runtime": admission.runtime,
         "podName": episode_pod_name(owner),
         "leaseSecretName": lease_secret_name(owner),
         "failure": None,

@@ -32,7 +32,7 @@ from gymsandbox.kube.store import newer
 from gymsandbox.metrics import METRICS, episode_phase
 from gymsandbox.plan.episodes import Judged, effective_ttl
 from gymsandbox.policy.admission import Refusal
-from gymsandbox.policy.episodes import EpisodeRequest, admit_episode
+from gymsandbox.policy.episodes import EpisodeRequest, admit_episode, episode_runtime
 from gymsandbox.policy.hosts import HostVerdict, refused_by_host
 from gymsandbox.policy.queue import EpisodeSlot, plan_queue, position_due
 
@@ -229,7 +229,8 @@ def sync_host_episodes(
             METRICS.created(episode["metadata"]["uid"], episode["metadata"]["creationTimestamp"])
             spec = EpisodeSandboxSpec.model_validate(episode["spec"])
             expires = moment + timedelta(seconds=effective_ttl(spec, host_spec, ctx.policy))
-            ctx.admissions[episode["metadata"]["uid"]] = Admission(moment, expires)
+            runtime = episode_runtime(spec, host_spec)
+            ctx.admissions[episode["metadata"]["uid"]] = Admission(moment, expires, runtime)
             waited = (episode.get("status") or {}).get("queuePosition") is not None
             METRICS.admitted(episode["metadata"]["uid"], waited=waited)
             touched.append(name)
