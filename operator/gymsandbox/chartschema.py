@@ -39,9 +39,14 @@ def _pod_placement() -> Schema:
     return {
         "resources": _RESOURCES,
         "podAnnotations": _STRING_MAP,
+        # The chart's own labels select its pods: a value under app.kubernetes.io/ would clash with them.
+        "podLabels": {**_STRING_MAP, "propertyNames": {"not": {"pattern": "^app\\.kubernetes\\.io/"}}},
+        "extraArgs": {"type": "array", "items": {"type": "string", "pattern": "^--"}},
+        "priorityClassName": {"type": "string", "maxLength": 253},
         "nodeSelector": _STRING_MAP,
         "tolerations": {"type": "array", "items": {"type": "object"}},
         "affinity": {"type": "object"},
+        "topologySpreadConstraints": {"type": "array", "items": {"type": "object"}},
     }
 
 

@@ -30,8 +30,24 @@ UPDATE = os.environ.get("GYMSANDBOX_UPDATE_GOLDEN") == "1"
 CUSTOM_VALUES: dict[str, Any] = {
     "image": {"digest": "sha256:" + "ab" * 32, "pullPolicy": "Always"},
     "imagePullSecrets": [{"name": "registry-creds"}],
-    "operator": {"verbose": True, "nodeSelector": {"pool": "system"}, "podAnnotations": {"team": "rl"}},
-    "broker": {"replicas": 3, "port": 9443, "tolerations": [{"key": "system", "operator": "Exists"}]},
+    "operator": {
+        "verbose": True,
+        "nodeSelector": {"pool": "system"},
+        "podAnnotations": {"team": "rl"},
+        "podLabels": {"team": "rl"},
+        "extraArgs": ["--log-format=json"],
+        "priorityClassName": "system-cluster-critical",
+        "topologySpreadConstraints": [
+            {"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "ScheduleAnyway"}
+        ],
+    },
+    "broker": {
+        "replicas": 3,
+        "port": 9443,
+        "tolerations": [{"key": "system", "operator": "Exists"}],
+        "affinity": {"podAntiAffinity": {}},
+        "extraArgs": ["--max-calls-per-host=8"],
+    },
     "networkPolicy": {
         "apiServer": {"cidrs": ["192.0.2.10/32"], "ports": [6443]},
         "extraBrokerIngress": [
@@ -140,6 +156,11 @@ BAD_VALUES = {
         "additional properties 'Kata_QEMU' not allowed",
     ),
     "log-format-unknown": ({"operator": {"logFormat": "xml"}}, "at '/operator/logFormat'"),
+    "pod-label-of-the-charts-own": (
+        {"operator": {"podLabels": {"app.kubernetes.io/name": "x"}}},
+        "invalid propertyName 'app.kubernetes.io/name'",
+    ),
+    "extra-arg-not-a-flag": ({"broker": {"extraArgs": ["rm -rf /"]}}, "at '/broker/extraArgs/0'"),
     "scrape-interval-not-a-duration": (
         {"metrics": {"serviceMonitor": {"interval": "often"}}},
         "at '/metrics/serviceMonitor/interval'",
@@ -314,6 +335,24 @@ def test_creates_in_unwatched_namespaces_are_refused_only_when_some_are_unwatche
     assert validation["expression"] == f"request.namespace in {refuses}"
     binding = rendered["ValidatingAdmissionPolicyBinding", name]
     assert binding["spec"] == {"policyName": name, "validationActions": ["Deny"]}
+
+
+def test_pod_labels_extra_args_and_placement_reach_both_deployments(tmp_path: Path) -> None:
+    rendered = objects(template(CUSTOM_VALUES, tmp_path))
+    operator = rendered["Deployment", f"{RELEASE}-operator"]["spec"]["template"]
+    broker = rendered["Deployment", f"{RELEASE}-broker"]["spec"]["template"]
+    assert operator["metadata"]["labels"]["team"] == "rl"
+    assert operator["metadata"]["labels"]["app.kubernetes.io/name"] == "gymsandbox-operator"  # still selected
+    assert operator["spec"]["containers"][0]["args"][-1] == "--log-format=json"
+    assert broker["spec"]["containers"][0]["args"][-1] == "--max-calls-per-host=8"
+    assert operator["spec"]["priorityClassName"] == "system-cluster-critical"
+    assert operator["spec"]["topologySpreadConstraints"][0]["maxSkew"] == 1
+    assert (operator["spec"]["nodeSelector"], broker["spec"]["affinity"]) == (
+        {"pool": "system"},
+        {"podAntiAffinity": {}},
+    )
+    plain = objects(template(None, tmp_path))["Deployment", f"{RELEASE}-operator"]["spec"]["template"]["spec"]
+    assert not {"priorityClassName", "nodeSelector", "topologySpreadConstraints"} & set(plain)
 
 
 def broker_args_and_volumes(rendered: dict[tuple[str, str], dict[str, Any]]) -> tuple[list[str], list[Any]]:

@@ -130,3 +130,27 @@ seccompProfile:
   ports:
     - {protocol: TCP, port: {{ .Values.metrics.port }}}
 {{- end }}
+
+{{/* Where a Deployment's pods run: nodeSelector, tolerations, affinity, priorityClassName and
+topologySpreadConstraints from the component's values (operator or broker). */}}
+{{- define "gymsandbox.podPlacement" -}}
+{{- with .priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with .nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .topologySpreadConstraints }}
+topologySpreadConstraints:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
